@@ -1,0 +1,245 @@
+"""Model architectures: from a local directory, the bundled catalog, or the HF cache/hub.
+
+Lookup order for a reference ``ref``:
+1. an existing local directory (or ``config.json`` file) — read with ``transformers.AutoConfig``;
+2. the bundled catalog (``data/models/<org>--<name>.json``, copied verbatim from the
+   published ``config.json`` files) and its aliases (FP8 re-quantizations, chat variants);
+3. the Hugging Face cache, then the hub unless offline (``HF_HUB_OFFLINE=1`` or
+   ``offline=True``), through ``AutoConfig``.
+
+A model that none of these knows is reported as unknown, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from core.errors import BadInput
+from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
+
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
+
+
+def _data():
+    return resources.files("core.catalog").joinpath("data")
+
+
+@lru_cache(maxsize=1)
+def bundled_index() -> dict[str, str]:
+    """HF repo id → bundled file name, including aliases."""
+    index = {}
+    for f in _data().joinpath("models").iterdir():
+        if f.name.endswith(".json"):
+            index[f.name[: -len(".json")].replace("--", "/", 1)] = f.name
+    aliases = json.loads(_data().joinpath("model-aliases.json").read_text())
+    for alias, target in aliases.items():
+        if target in index:
+            index[alias] = index[target]
+    return index
+
+
+def bundled_models() -> list[str]:
+    return sorted(bundled_index())
+
+
+def _bundled_config(ref: str) -> dict[str, Any] | None:
+    index = bundled_index()
+    name = index.get(ref) or next((v for k, v in index.items() if k.lower() == ref.lower()), None)
+    if name is None:
+        return None
+    cfg = json.loads(_data().joinpath("models").joinpath(name).read_text())
+    cfg.pop("_source", None)
+    return cfg
+
+
+def _autoconfig(ref: str, local_only: bool) -> dict[str, Any]:
+    # transformers is heavy; import it only on this path.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(ref, local_files_only=local_only, trust_remote_code=False)
+    return cfg.to_dict()
+
+
+def _read_local(path: Path) -> dict[str, Any]:
+    cfg_file = path / "config.json" if path.is_dir() else path
+    if not cfg_file.exists():
+        raise BadInput(f"{path} has no config.json", "point --model at a Hugging Face model directory")
+    try:
+        raw = json.loads(cfg_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BadInput(f"{cfg_file} is not valid JSON ({e})", "re-download the model's config.json") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{cfg_file} does not hold a JSON object")
+    inner = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    if not any(k in inner for k in ("hidden_size", "n_embd", "d_model")):
+        # AutoConfig would fill the gaps with the class defaults (a 7B Llama); refuse instead.
+        raise BadInput(
+            f"config for {str(path)!r} lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
+            "is it a decoder-only language model's config.json?",
+        )
+    try:
+        return _autoconfig(str(cfg_file.parent), local_only=True)
+    except Exception:
+        # An architecture transformers does not know (or a partial config) still has the
+        # fields knee needs; read them straight from the file.
+        return raw
+
+
+def load_config_dict(ref: str, offline: bool | None = None) -> tuple[dict[str, Any], str]:
+    """The raw config dict for ``ref`` and where it came from."""
+    if not ref or not ref.strip():
+        raise BadInput("no model given", "pass --model with a Hugging Face id or a local directory")
+    path = Path(ref).expanduser()
+    if path.exists():
+        return _read_local(path), f"local {path}"
+    cfg = _bundled_config(ref)
+    if cfg is not None:
+        return cfg, "bundled catalog"
+    if offline is None:
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false")
+    if "/" not in ref:
+        raise BadInput(
+            f"unknown model {ref!r}",
+            "give a Hugging Face id like Qwen/Qwen3-4B or a local directory; bundled: "
+            + ", ".join(bundled_models()[:6])
+            + ", ...",
+        )
+    try:
+        return _autoconfig(ref, local_only=True), "HF cache"
+    except Exception:
+        pass
+    if offline:
+        raise BadInput(
+            f"unknown model {ref!r}: not bundled, not a local directory, not in the HF cache",
+            "download it once with network, or pass a local directory",
+        )
+    try:
+        return _autoconfig(ref, local_only=False), "Hugging Face hub"
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadInput(f"unknown model {ref!r}: the hub lookup failed ({first[:160]})") from None
+
+
+def load_model(ref: str, precision: str | None = None, offline: bool | None = None) -> ModelArch:
+    """Resolve ``ref`` to a :class:`ModelArch`. ``precision`` overrides the checkpoint's
+    weight format (bf16, fp16, fp8, int8, int4, awq, gptq, mxfp4)."""
+    cfg, _ = load_config_dict(ref, offline)
+    return arch_from_config(cfg, name=ref, precision=precision)
+
+
+def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if cfg.get(k) is not None:
+            return cfg[k]
+    return default
+
+
+def _quantization(cfg: dict[str, Any], precision: str | None) -> Quantization:
+    if precision:
+        p = precision.lower()
+        if p not in WEIGHT_BYTES:
+            raise BadInput(f"unknown precision {precision!r}", "use bf16, fp16, fp8, int8, int4, awq, gptq or mxfp4")
+        if p in ("bf16", "fp16", "fp32"):
+            return Quantization(method=p, scope="all")
+        return Quantization(method=p, scope="experts" if p == "mxfp4" else "linear")
+    q = cfg.get("quantization_config") or {}
+    method = str(q.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return Quantization(method="mxfp4", scope="experts")
+    if method in ("awq", "gptq"):
+        bits = int(q.get("bits", q.get("w_bit", 4)))
+        return Quantization(method=method if bits == 4 else "int8", scope="linear")
+    if method in ("fp8", "fbgemm_fp8") or "fp8" in json.dumps(q).lower():
+        return Quantization(method="fp8", scope="linear")
+    if method in ("compressed-tensors", "bitsandbytes"):
+        bits = q.get("bits") or 8
+        return Quantization(method="int8" if int(bits) == 8 else "int4", scope="linear")
+    dtype = _DTYPES.get(str(_get(cfg, "torch_dtype", "dtype", default="bfloat16")), "bf16")
+    return Quantization(method=dtype, scope="all")
+
+
+def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = None) -> ModelArch:
+    """Build a :class:`ModelArch` from a HF config dict; raises :class:`BadInput` when the
+    fields that decide memory and speed are missing."""
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM inside
+        outer_q = cfg.get("quantization_config")
+        cfg = {**cfg["text_config"], **({"quantization_config": outer_q} if outer_q else {})}
+    try:
+        hidden = int(_get(cfg, "hidden_size", "n_embd", "d_model"))
+        layers = int(_get(cfg, "num_hidden_layers", "n_layer", "num_layers"))
+        heads = int(_get(cfg, "num_attention_heads", "n_head"))
+        vocab = int(_get(cfg, "vocab_size"))
+    except (TypeError, ValueError):
+        raise BadInput(
+            f"config for {name!r} lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
+            "is it a decoder-only language model's config.json?",
+        ) from None
+    kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
+    if cfg.get("multi_query"):
+        kv_heads = 1
+    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
+    inter = int(_get(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden))
+    model_type = str(cfg.get("model_type", "unknown"))
+    act = str(_get(cfg, "hidden_act", "activation_function", default="silu")).lower()
+    gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2", "gemma3_text")
+
+    experts = int(_get(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    top_k = int(_get(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) or 0)
+    moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter) or inter)
+    shared = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
+    if cfg.get("n_shared_experts"):
+        shared = int(cfg["n_shared_experts"]) * moe_inter
+    moe_layers: tuple[int, ...] = ()
+    if experts > 0 and top_k > 0:
+        step = int(cfg.get("decoder_sparse_step") or 1)
+        dense_only = set(cfg.get("mlp_only_layers") or [])
+        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        moe_layers = tuple(
+            i for i in range(layers) if i >= first_dense and i not in dense_only and (i + 1) % step == 0
+        )
+
+    window = cfg.get("sliding_window")
+    sliding: tuple[int, ...] = ()
+    layer_types = cfg.get("layer_types")
+    if window and isinstance(layer_types, list):
+        sliding = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))
+    elif window and cfg.get("use_sliding_window", True) and model_type in ("mistral", "mixtral"):
+        max_win = int(cfg.get("max_window_layers") or layers)
+        sliding = tuple(range(min(max_win, layers)))
+    if not sliding:
+        window = None
+
+    dtype = _DTYPES.get(str(_get(cfg, "torch_dtype", "dtype", default="bfloat16")), "bf16")
+    try:
+        return ModelArch(
+            name=name,
+            model_type=model_type,
+            hidden_size=hidden,
+            num_layers=layers,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=inter,
+            vocab_size=vocab,
+            max_position_embeddings=int(_get(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)),
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            gated_mlp=gated,
+            attention_bias=bool(cfg.get("attention_bias", False)),
+            num_experts=experts if moe_layers else 0,
+            experts_per_token=top_k if moe_layers else 0,
+            moe_intermediate_size=moe_inter if moe_layers else 0,
+            shared_expert_intermediate_size=shared if moe_layers else 0,
+            moe_layers=moe_layers,
+            sliding_window=int(window) if window else None,
+            sliding_layers=sliding,
+            dtype=dtype if dtype != "fp32" else "bf16",
+            quantization=_quantization(cfg, precision),
+        )
+    except ValueError as e:
+        raise BadInput(f"config for {name!r} has impossible values: {str(e).splitlines()[0]}") from None

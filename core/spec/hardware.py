@@ -1,0 +1,75 @@
+"""GPUs, SageMaker instances and the hardware a configuration runs on."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GIB = 1024**3
+
+
+class GPU(BaseModel):
+    """One GPU model's datasheet figures (dense, decimal units)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    aliases: list[str] = Field(default_factory=list)
+    memory_gb: float  # as marketed (80 for an H100)
+    bandwidth_gbps: float  # HBM/GDDR bandwidth, GB/s (1e9)
+    tflops: dict[str, float]  # precision -> dense TFLOPS (bf16, fp16, fp8, int8, fp4)
+    link: str  # "pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5"
+    link_bandwidth_gbps: float  # per GPU, both directions together, as datasheets quote it
+    architecture: str  # "ampere", "ada", "hopper", "blackwell": selects efficiency factors
+    uncertain: list[str] = Field(default_factory=list)  # fields with a single or stale source
+    source: str = ""
+
+    @property
+    def usable_bytes(self) -> float:
+        # Drivers show a bit less than the marketed size (an "80 GB" H100 reports ~79.6 GiB;
+        # a "24 GB" L4 ~22.5 GiB). vLLM's gpu_memory_utilization applies to what is reported.
+        return self.memory_gb * GIB * 0.94 if self.memory_gb <= 48 else self.memory_gb * GIB * 0.99
+
+    @property
+    def nvlink(self) -> bool:
+        return self.link.startswith("nvlink")
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense FLOP/s for matmuls at ``precision``; falls back to 16-bit where the GPU
+        has no native support (FP8 on Ampere runs weight-only through Marlin)."""
+        key = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "fp4": "fp4"}.get(
+            precision, "bf16"
+        )
+        return self.tflops.get(key, self.tflops["bf16"]) * 1e12
+
+
+class Instance(BaseModel):
+    """A SageMaker instance type. Prices are dated defaults the user may override."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    gpu: str
+    num_gpus: int
+    vcpus: int
+    host_memory_gib: float
+    price_per_hour: float | None = None
+    price_region: str = "us-east-1"
+    price_date: str | None = None
+    price_source: str = "bundled default"
+    uncertain: list[str] = Field(default_factory=list)
+    notes: str = ""
+
+
+class Hardware(BaseModel):
+    """What one deployment unit runs on: ``num_gpus`` of one GPU model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gpu: GPU
+    num_gpus: int = Field(ge=1)
+    instance: Instance | None = None
+
+    @property
+    def label(self) -> str:
+        base = f"{self.num_gpus}x {self.gpu.name}"
+        return f"{self.instance.name} ({base})" if self.instance else base

@@ -1,0 +1,75 @@
+import pytest
+
+from core.catalog import get_gpu, get_instance, gpus, instances, resolve_hardware
+from core.catalog import hardware as hw_mod
+from core.errors import BadInput
+
+REQUIRED_GPUS = ["A10G", "L4", "L40S", "A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIE", "H200", "B200"]
+REQUIRED_FAMILIES = ["ml.g5.", "ml.g6.", "ml.g6e.", "ml.p4d.", "ml.p4de.", "ml.p5.", "ml.p5e.", "ml.p5en.", "ml.p6-b200."]
+
+
+def test_required_gpus_have_the_datasheet_fields():
+    table = gpus()
+    for name in REQUIRED_GPUS:
+        g = table[name]
+        assert g.memory_gb > 0 and g.bandwidth_gbps > 0 and g.link_bandwidth_gbps > 0
+        assert g.tflops["bf16"] > 0 and g.tflops["fp16"] > 0
+        assert g.link
+    assert table["H100-SXM"].tflops["fp8"] == 1979
+    assert "fp8" not in table["A100-80GB"].tflops  # Ampere has no FP8 tensor cores
+    assert table["L4"].nvlink is False and table["H100-SXM"].nvlink is True
+    assert "bandwidth_gbps" in table["A10G"].uncertain
+
+
+def test_required_instance_families_priced_and_dated():
+    table = instances()
+    for fam in REQUIRED_FAMILIES:
+        assert any(n.startswith(fam) for n in table), fam
+    g6 = table["ml.g6.12xlarge"]
+    assert (g6.gpu, g6.num_gpus, g6.vcpus, g6.host_memory_gib) == ("L4", 4, 48, 192)
+    assert g6.price_per_hour == pytest.approx(5.752) and g6.price_date
+    for inst in table.values():
+        assert inst.gpu in gpus()
+
+
+def test_lookup_by_alias_and_errors():
+    assert get_gpu("h100").name == "H100-SXM"
+    assert get_instance("g6.12xlarge").name == "ml.g6.12xlarge"
+    with pytest.raises(BadInput, match="unknown GPU 'H1000'.*did you mean"):
+        get_gpu("H1000")
+    with pytest.raises(BadInput, match="unknown SageMaker instance"):
+        get_instance("ml.g9.huge")
+
+
+def test_resolve_hardware():
+    hw = resolve_hardware(instance="ml.g6.12xlarge")
+    assert hw.gpu.name == "L4" and hw.num_gpus == 4 and hw.instance.price_per_hour
+    assert resolve_hardware(gpu="H100", num_gpus=2).num_gpus == 2
+    with pytest.raises(BadInput):
+        resolve_hardware()
+    with pytest.raises(BadInput):
+        resolve_hardware(instance="ml.g6.12xlarge", num_gpus=8)
+
+
+def test_user_override_replaces_and_adds(tmp_path, monkeypatch):
+    override = tmp_path / "catalog.toml"
+    override.write_text(
+        '[instances."ml.g6.12xlarge"]\nprice_per_hour = 4.5\nprice_date = "2026-11-01"\n\n'
+        '[gpus.MI300X]\nmemory_gb = 192\nbandwidth_gbps = 5300\ntflops = { bf16 = 1307, fp16 = 1307 }\n'
+        'link = "infinityfabric"\nlink_bandwidth_gbps = 896\narchitecture = "cdna3"\n'
+    )
+    monkeypatch.setenv("KNEE_CATALOG", str(override))
+    hw_mod._load.cache_clear()
+    inst = get_instance("ml.g6.12xlarge")
+    assert inst.price_per_hour == 4.5 and inst.price_source == "user override"
+    assert "price_per_hour" not in inst.uncertain
+    assert get_gpu("MI300X").memory_gb == 192
+
+
+def test_broken_override_is_bad_input(tmp_path, monkeypatch):
+    bad = tmp_path / "catalog.toml"
+    bad.write_text("[gpus.X\n")
+    monkeypatch.setenv("KNEE_CATALOG", str(bad))
+    hw_mod._load.cache_clear()
+    with pytest.raises(BadInput, match="not valid TOML"):
+        gpus()

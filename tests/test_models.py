@@ -1,0 +1,79 @@
+import json
+
+import pytest
+
+from core.catalog import bundled_models, load_model
+from core.errors import BadInput
+
+
+def rel(a, b):
+    return abs(a - b) / b
+
+
+@pytest.mark.parametrize(
+    "model,total,active,convention",
+    [
+        # Published figures. Publishers count "active" differently: OpenAI's gpt-oss card
+        # leaves out the input embedding (a lookup, not a matmul), while Qwen's and
+        # Mistral's cards include it; knee reports both and is checked against each.
+        ("mistralai/Mixtral-8x7B-v0.1", 46.7e9, 12.9e9, "with_embeddings"),
+        ("Qwen/Qwen3-30B-A3B", 30.5e9, 3.3e9, "with_embeddings"),
+        ("openai/gpt-oss-20b", 20.9e9, 3.6e9, "compute"),
+        ("openai/gpt-oss-120b", 116.8e9, 5.1e9, "compute"),
+    ],
+)
+def test_moe_total_and_active_within_2_percent(model, total, active, convention):
+    arch = load_model(model)
+    assert arch.is_moe
+    assert rel(arch.params_total, total) < 0.02
+    got = arch.params_active if convention == "compute" else arch.params_active_with_embeddings
+    assert rel(got, active) < 0.02
+
+
+def test_dense_models():
+    llama = load_model("meta-llama/Llama-3.1-70B")
+    assert rel(llama.params_total, 70.6e9) < 0.02 and not llama.is_moe
+    assert llama.num_kv_heads == 8 and llama.head_dim == 128
+    qwen = load_model("Qwen/Qwen3-4B")
+    assert qwen.tie_embeddings and qwen.head_dim == 128  # explicit head_dim (hidden/heads = 80)
+    assert rel(qwen.params_total, 4.02e9) < 0.02
+
+
+def test_quantization_and_kv_dtype():
+    oss = load_model("openai/gpt-oss-20b")
+    assert oss.quantization.method == "mxfp4" and oss.quantization.scope == "experts"
+    assert 12e9 < oss.weight_bytes < 15e9  # ~13 GB checkpoint
+    assert oss.sliding_window == 128 and len(oss.sliding_layers) == 12
+    llama = load_model("meta-llama/Llama-3.1-8B", precision="fp8")
+    assert llama.quantization.method == "fp8"
+    assert rel(llama.weight_bytes, 9.1e9) < 0.05  # linear layers in FP8, embeddings in BF16
+    assert llama.kv_bytes_per_token("fp8") == llama.kv_bytes_per_token("auto") / 2
+    awq = load_model("meta-llama/Llama-3.1-8B", precision="awq")
+    assert awq.weight_bytes < 0.45 * load_model("meta-llama/Llama-3.1-8B").weight_bytes
+
+
+def test_alias_resolves_to_shared_architecture():
+    assert "nvidia/Llama-3.1-8B-Instruct-FP8" in bundled_models()
+    assert load_model("nvidia/Llama-3.1-8B-Instruct-FP8").hidden_size == 4096
+
+
+def test_local_directory(tmp_path):
+    cfg = json.load(open(__import__("core.catalog.models", fromlist=["x"])._data().joinpath("models/Qwen--Qwen3-8B.json")))
+    cfg.pop("_source")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    arch = load_model(str(tmp_path))
+    assert rel(arch.params_total, 8.19e9) < 0.02
+
+
+def test_bad_models(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BadInput, match="unknown model"):
+        load_model("nobody/no-such-model-xyz")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(BadInput, match="not valid JSON"):
+        load_model(str(tmp_path))
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(BadInput, match="lacks hidden_size"):
+        load_model(str(tmp_path))
+    with pytest.raises(BadInput, match="unknown precision"):
+        load_model("Qwen/Qwen3-4B", precision="fp3")

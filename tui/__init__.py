@@ -1,0 +1,1 @@
+"""knee's user interface: the Textual app and the ``knee`` command line."""

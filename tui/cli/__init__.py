@@ -1,0 +1,54 @@
+"""The ``knee`` command line.
+
+``knee`` alone opens the TUI; every screen has a headless twin here. Each subcommand lives in
+its own module exposing ``register(subparsers)``; handlers return an exit code. Errors the
+user can fix (:class:`core.errors.BadInput`) print one line and exit 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand modules, in the order ``knee --help`` lists them.
+COMMANDS = ["estimate", "sweep", "results", "bench", "deploy", "catalog"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default exits 2 with usage; keep it one line
+        self.exit(2, f"knee: error: {message} (see knee {self.prog.split(' ', 1)[-1] if ' ' in self.prog else ''} --help)\n".replace("knee  --help", "knee --help"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="knee", description="Find the knee of the latency-throughput curve and ship it.")
+    parser.add_argument("--version", action="version", version="knee 0.1.0")
+    parser.add_argument("--web", action="store_true", help="serve the TUI in a browser on 127.0.0.1 (textual-serve)")
+    parser.add_argument("--plan", help="open the TUI on this plan file")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"tui.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from core.errors import KneeError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command is None:
+            from tui.cli.app import run_app
+
+            return run_app(args)
+        return int(args.func(args) or 0)
+    except KneeError as e:
+        print(f"knee: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("knee: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

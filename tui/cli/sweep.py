@@ -1,0 +1,12 @@
+"""`knee sweep` (being built; see the issue that owns it)."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="(not built yet)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from core.errors import KneeError
+
+    raise KneeError("knee sweep is not built yet")
