@@ -15,6 +15,7 @@ class GPU(BaseModel):
     name: str
     aliases: list[str] = Field(default_factory=list)
     memory_gb: float  # as marketed (80 for an H100)
+    visible_memory_gib: float | None = None  # as the driver reports it; vLLM budgets from this
     bandwidth_gbps: float  # HBM/GDDR bandwidth, GB/s (1e9)
     tflops: dict[str, float]  # precision -> dense TFLOPS (bf16, fp16, fp8, int8, fp4)
     link: str  # "pcie4", "pcie5", "nvlink3", "nvlink4", "nvlink5"
@@ -25,9 +26,9 @@ class GPU(BaseModel):
 
     @property
     def usable_bytes(self) -> float:
-        # Drivers show a bit less than the marketed size (an "80 GB" H100 reports ~79.6 GiB;
-        # a "24 GB" L4 ~22.5 GiB). vLLM's gpu_memory_utilization applies to what is reported.
-        return self.memory_gb * GIB * 0.94 if self.memory_gb <= 48 else self.memory_gb * GIB * 0.99
+        # Drivers show less than the marketed size (an "80 GB" H100 reports ~79.6 GiB, a
+        # "24 GB" L4 ~22.5 GiB); vLLM's gpu_memory_utilization applies to what is reported.
+        return (self.visible_memory_gib or self.memory_gb * 0.97) * GIB
 
     @property
     def nvlink(self) -> bool:

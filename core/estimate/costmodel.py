@@ -1,0 +1,252 @@
+"""The time of one engine step: knee's single cost model.
+
+Both the analytic estimator (``core.estimate.predict``) and the scheduler simulation
+(``core.simulate``) ask this module how long one continuous-batching step takes, so the
+two can never disagree about the hardware.
+
+A step is described by five numbers (:class:`Batch`) that are sufficient statistics for its
+cost, so the simulator can keep them as running sums instead of building lists:
+
+- ``prefill_tokens``: new prompt tokens computed this step (chunked prefill),
+- ``prefill_attn``: query–key pairs those tokens attend to, Σ chunk·(context_before + chunk/2),
+- ``prefill_kv``: KV tokens read by the prefill attention, Σ (context_before + chunk),
+- ``decode_seqs``: sequences generating one token each,
+- ``decode_context``: Σ context length over the decoding sequences (KV tokens read).
+
+The time is a roofline per part with efficiencies below peak, plus tensor-parallel
+communication and the engine's fixed costs:
+
+    linear  = softmax(FLOPs / (peak·mfu), weight bytes touched / (BW·bw_weights))
+    attn    = max(attention FLOPs / (peak·mfu_attn), KV bytes / (BW·bw_kv))
+    comm    = 2·layers all-reduces of tokens·hidden·2 bytes, ring over NVLink or PCIe
+    fixed   = step + layers·layer + seqs·seq + MoE layers·moe_layer
+
+MoE weights touched grow with the batch: with T tokens routed top-k of E experts, the
+expected number of distinct experts per layer is E·(1 − (1 − k/E)^T).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from core.errors import BadInput
+from core.spec.hardware import GPU
+from core.spec.model import ModelArch, kv_element_bytes
+
+ACTIVATION_BYTES = 2  # bf16/fp16 activations cross the all-reduce
+
+
+@lru_cache(maxsize=1)
+def calibration() -> dict:
+    return tomllib.loads(resources.files("core.estimate").joinpath("calibration.toml").read_text())
+
+
+def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
+    """Overheads for an engine; vLLM before 0.6 maps to the legacy profile."""
+    table = calibration()["engine"]
+    name = (engine or "vllm").lower()
+    if name in ("vllm", "sim") and version:
+        try:
+            major, minor = (int(x) for x in version.split(".")[:2])
+            if (major, minor) < (0, 6):
+                name = "vllm-legacy"
+        except ValueError:
+            pass
+    if name in ("sim", "nim", "other", "tgi", "custom"):
+        name = "vllm"
+    if name not in table:
+        raise BadInput(f"unknown engine {engine!r}", f"use one of {', '.join(table)}")
+    return table[name]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    prefill_tokens: int = 0
+    prefill_attn: float = 0.0
+    prefill_kv: float = 0.0
+    prefill_seqs: int = 0
+    decode_seqs: int = 0
+    decode_context: float = 0.0
+
+    @classmethod
+    def prefill(cls, tokens: int, context_before: int = 0, seqs: int = 1) -> "Batch":
+        """``seqs`` sequences each prefilling ``tokens`` new tokens after ``context_before``."""
+        return cls(
+            prefill_tokens=tokens * seqs,
+            prefill_attn=seqs * tokens * (context_before + tokens / 2),
+            prefill_kv=seqs * (context_before + tokens),
+            prefill_seqs=seqs,
+        )
+
+    @classmethod
+    def decode(cls, seqs: int, mean_context: float) -> "Batch":
+        return cls(decode_seqs=seqs, decode_context=seqs * mean_context)
+
+    def __add__(self, other: "Batch") -> "Batch":
+        return Batch(*(a + b for a, b in zip(self._tuple(), other._tuple())))
+
+    def _tuple(self):
+        return (self.prefill_tokens, self.prefill_attn, self.prefill_kv, self.prefill_seqs, self.decode_seqs, self.decode_context)
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """Where one step's time goes (seconds), and what bounds it."""
+
+    linear_compute: float
+    linear_memory: float
+    attention_compute: float
+    attention_memory: float
+    communication: float
+    overhead: float
+    total: float
+
+    @property
+    def bottleneck(self) -> str:
+        # Compute and memory sides of one part overlap, so each part counts its larger side.
+        linear = ("compute (matmuls)", self.linear_compute) if self.linear_compute >= self.linear_memory else (
+            "memory bandwidth (weights)", self.linear_memory)
+        attention = ("compute (attention)", self.attention_compute) if self.attention_compute >= self.attention_memory else (
+            "memory bandwidth (KV cache)", self.attention_memory)
+        parts = [linear, attention, ("tensor-parallel communication", self.communication),
+                 ("engine overhead (CPU, launches)", self.overhead)]
+        return max(parts, key=lambda p: p[1])[0]
+
+
+def _softmax(a: float, b: float) -> float:
+    # A smooth maximum: near the ridge, compute and memory traffic do not overlap perfectly.
+    if a <= 0.0:
+        return b
+    if b <= 0.0:
+        return a
+    return (a**4 + b**4) ** 0.25
+
+
+class CostModel:
+    """Step time of one model replica (``tp`` GPUs) of ``arch`` on ``gpu``."""
+
+    def __init__(
+        self,
+        arch: ModelArch,
+        gpu: GPU,
+        tp: int = 1,
+        kv_dtype: str = "auto",
+        engine: str = "vllm",
+        engine_version: str | None = None,
+    ):
+        if tp < 1:
+            raise BadInput(f"tensor parallelism must be at least 1, got {tp}")
+        self.arch, self.gpu, self.tp, self.kv_dtype = arch, gpu, tp, kv_dtype
+        eff = calibration()["architecture"].get(gpu.architecture) or calibration()["architecture"]["hopper"]
+        prof = engine_profile(engine, engine_version)
+        self.engine = engine
+        self.profile = prof
+        speed = prof["speed"]
+
+        precision = arch.quantization.compute_precision
+        if precision in ("fp8",) and "fp8" not in gpu.tflops:
+            precision = "bf16"  # Ampere runs FP8 checkpoints weight-only (Marlin)
+        peak = gpu.peak_flops(precision)
+        peak16 = gpu.peak_flops("bf16")
+        bw = gpu.bandwidth_gbps * 1e9
+
+        # Per-GPU rates (seconds per FLOP / per byte), with efficiencies and engine speed.
+        self._s_per_flop = 1.0 / (peak * eff["mfu"] * speed)
+        self._s_per_attn_flop = 1.0 / (peak16 * eff["mfu_attn"] * speed)
+        self._s_per_weight_byte = 1.0 / (bw * eff["bw_weights"] * speed)
+        self._s_per_kv_byte = 1.0 / (bw * eff["bw_kv"] * speed)
+
+        # Linear layers: FLOPs per token and bytes per step, split over TP.
+        self._dense_bytes = (arch.weight_bytes_dense + arch.weight_bytes_embeddings / 2) / tp
+        self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active) / tp
+        self._moe = arch.is_moe
+        if self._moe:
+            self._expert_bytes_layer = arch.weight_bytes_experts / max(arch.num_moe_layers, 1) / arch.num_experts / tp
+            self._n_moe = arch.num_moe_layers
+            self._E = arch.num_experts
+            self._k_over_E = arch.experts_per_token / arch.num_experts
+
+        # Attention: 2 matmuls (QK^T, PV) of 2 FLOPs per MAC over q_dim per pair, all layers.
+        layers = arch.num_layers
+        self._attn_flops_per_pair = 4.0 * arch.q_dim * layers / tp
+        # KV heads split over TP, replicated when there are fewer KV heads than GPUs.
+        kv_heads_per_gpu = math.ceil(arch.num_kv_heads / tp)
+        self.kv_bytes_per_token_per_gpu = (
+            2 * arch.num_full_attention_layers * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
+        )
+        self._window = arch.sliding_window or 0
+        self._window_bytes_per_token = (
+            2 * len(arch.sliding_layers) * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
+        )
+
+        # Tensor-parallel all-reduce: two per layer; ring moves 2(N-1)/N of the buffer.
+        if tp > 1:
+            link_uni = gpu.link_bandwidth_gbps * 1e9 / 2 * eff["link_eff"]
+            self._comm_per_token = 2 * layers * (2 * (tp - 1) / tp) * arch.hidden_size * ACTIVATION_BYTES / link_uni
+            self._comm_fixed = 2 * layers * eff["allreduce_us"] * 1e-6 * (1 + 0.15 * (tp - 2))
+        else:
+            self._comm_per_token = 0.0
+            self._comm_fixed = 0.0
+
+        self._fixed = (prof["step_us"] + prof["layer_us"] * layers + prof["moe_layer_us"] * arch.num_moe_layers) * 1e-6
+        self._per_seq = prof["seq_us"] * 1e-6
+        self.request_overhead_s = prof["request_ms"] * 1e-3
+        self.output_token_overhead_s = prof["output_token_us"] * 1e-6
+
+    # ---- the hot path: plain floats, no allocation (the simulator calls it per step) ----
+    def step_seconds(
+        self,
+        prefill_tokens: float,
+        prefill_attn: float,
+        prefill_kv: float,
+        decode_seqs: float,
+        decode_context: float,
+        prefill_seqs: float = 0.0,
+    ) -> float:
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return 0.0
+        wbytes = self._dense_bytes
+        if self._moe:
+            touched = self._E * (1.0 - (1.0 - self._k_over_E) ** tokens)
+            wbytes += touched * self._expert_bytes_layer * self._n_moe
+        linear = _softmax(tokens * self._flops_per_token * self._s_per_flop, wbytes * self._s_per_weight_byte)
+        kv_tokens = decode_context + prefill_kv
+        kv_bytes = kv_tokens * self.kv_bytes_per_token_per_gpu
+        if self._window:  # sliding-window layers read at most the window per sequence
+            kv_bytes += (decode_seqs + prefill_seqs) * self._window * self._window_bytes_per_token
+        attn = max(
+            (prefill_attn + decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop,
+            kv_bytes * self._s_per_kv_byte,
+        )
+        comm = tokens * self._comm_per_token + self._comm_fixed
+        return linear + attn + comm + self._fixed + (decode_seqs + prefill_seqs) * self._per_seq
+
+    def step_time(self, batch: Batch) -> float:
+        return self.step_seconds(
+            batch.prefill_tokens, batch.prefill_attn, batch.prefill_kv, batch.decode_seqs, batch.decode_context, batch.prefill_seqs
+        )
+
+    def breakdown(self, batch: Batch) -> StepBreakdown:
+        """The parts of :meth:`step_time`, for explaining the bottleneck."""
+        tokens = batch.prefill_tokens + batch.decode_seqs
+        wbytes = self._dense_bytes
+        if self._moe:
+            wbytes += self._E * (1.0 - (1.0 - self._k_over_E) ** tokens) * self._expert_bytes_layer * self._n_moe
+        kv_bytes = (batch.decode_context + batch.prefill_kv) * self.kv_bytes_per_token_per_gpu
+        if self._window:
+            kv_bytes += (batch.decode_seqs + batch.prefill_seqs) * self._window * self._window_bytes_per_token
+        seqs = batch.decode_seqs + batch.prefill_seqs
+        return StepBreakdown(
+            linear_compute=tokens * self._flops_per_token * self._s_per_flop,
+            linear_memory=wbytes * self._s_per_weight_byte,
+            attention_compute=(batch.prefill_attn + batch.decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop,
+            attention_memory=kv_bytes * self._s_per_kv_byte,
+            communication=(tokens * self._comm_per_token + self._comm_fixed) if tokens else 0.0,
+            overhead=self._fixed + seqs * self._per_seq,
+            total=self.step_time(batch),
+        )

@@ -1,0 +1,75 @@
+"""The step cost model and memory plan: physics that must hold whatever the calibration."""
+
+import pytest
+
+from core.catalog import get_gpu, load_model
+from core.estimate import Batch, CostModel, plan_memory
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return load_model("meta-llama/Llama-3.1-8B")
+
+
+def test_decode_is_bandwidth_bound_and_grows_with_batch_and_context(llama8b):
+    cm = CostModel(llama8b, get_gpu("H100-SXM"))
+    one = cm.step_time(Batch.decode(1, 1000))
+    floor = llama8b.weight_bytes / 3.35e12  # reading every weight once at peak bandwidth
+    assert one > floor
+    assert cm.step_time(Batch.decode(64, 1000)) > one
+    assert cm.step_time(Batch.decode(64, 8000)) > cm.step_time(Batch.decode(64, 1000))
+    assert cm.breakdown(Batch.decode(1, 100)).bottleneck == "memory bandwidth (weights)"
+
+
+def test_prefill_is_compute_bound_and_faster_with_fp8_on_hopper(llama8b):
+    h100 = get_gpu("H100-SXM")
+    bf16 = CostModel(llama8b, h100).step_time(Batch.prefill(8192))
+    fp8 = CostModel(load_model("meta-llama/Llama-3.1-8B", precision="fp8"), h100).step_time(Batch.prefill(8192))
+    assert fp8 < 0.7 * bf16
+    assert CostModel(llama8b, h100).breakdown(Batch.prefill(8192)).bottleneck == "compute (matmuls)"
+    # Ampere has no FP8 tensor cores: an FP8 checkpoint prefills at 16-bit speed.
+    a100 = get_gpu("A100-80GB")
+    a_bf16 = CostModel(llama8b, a100).step_time(Batch.prefill(8192))
+    a_fp8 = CostModel(load_model("meta-llama/Llama-3.1-8B", precision="fp8"), a100).step_time(Batch.prefill(8192))
+    assert a_fp8 == pytest.approx(a_bf16, rel=0.1)
+
+
+def test_tensor_parallel_pays_for_communication_more_over_pcie():
+    arch = load_model("meta-llama/Llama-3.1-8B")
+    batch = Batch.decode(32, 1500)
+    for gpu, lo, hi in [("H100-SXM", 0.25, 0.75), ("L4", 0.25, 0.95)]:
+        g = get_gpu(gpu)
+        t1 = CostModel(arch, g, 1).step_time(batch)
+        t4 = CostModel(arch, g, 4).step_time(batch)
+        assert lo * t1 < t4 < hi * t1  # faster, but not 4x
+    nv = CostModel(arch, get_gpu("H100-SXM"), 4).breakdown(batch)
+    pcie = CostModel(arch, get_gpu("L4"), 4).breakdown(batch)
+    assert pcie.communication > 2 * nv.communication
+
+
+def test_moe_reads_only_touched_experts():
+    mixtral = load_model("mistralai/Mixtral-8x7B-v0.1")
+    cm = CostModel(mixtral, get_gpu("H100-SXM"), 2)
+    one, many = cm.breakdown(Batch.decode(1, 500)), cm.breakdown(Batch.decode(256, 500))
+    # One token touches 2 of 8 experts; 256 tokens touch nearly all of them.
+    assert many.linear_memory > 2.5 * one.linear_memory
+
+
+def test_memory_plan_llama70b_bf16_does_not_fit_one_h100():
+    plan = plan_memory(load_model("meta-llama/Llama-3.1-70B"), get_gpu("H100-SXM"), 1)
+    assert not plan.fits
+    assert "141.1 GB" in plan.reason and "TP1" in plan.reason
+    plan4 = plan_memory(load_model("meta-llama/Llama-3.1-70B"), get_gpu("H100-SXM"), 4, max_model_len=8192)
+    assert plan4.fits and plan4.kv_tokens > 100_000
+
+
+def test_memory_plan_kv_capacity_scales_with_tp_and_kv_dtype():
+    arch, l4 = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
+    p1 = plan_memory(arch, l4, 1, max_model_len=4096)
+    p4 = plan_memory(arch, l4, 4, max_model_len=4096)
+    p1fp8 = plan_memory(arch, l4, 1, max_model_len=4096, kv_dtype="fp8")
+    assert p1.fits and p4.kv_tokens > 4 * p1.kv_tokens  # weights shrink per GPU too
+    assert p1fp8.kv_tokens == pytest.approx(2 * p1.kv_tokens, rel=0.01)
+    assert p1.max_sequences(1536) == p1.kv_tokens // 16 // 96
+    tight = plan_memory(arch, l4, 1, max_model_len=10_000_000)
+    assert not tight.fits and "max_model_len" in tight.reason
