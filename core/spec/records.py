@@ -23,6 +23,18 @@ class RequestRecord:
     end_time: float | None = None
     error: str | None = None
     simulated: bool = False
+    # Added by the load client (core/load); all optional so the simulator can ignore them.
+    # ``chunk_times`` holds content-carrying messages only (non-empty text, content or
+    # reasoning), each stamped at the first byte of its SSE message; ``end_time`` is t_end
+    # (the usage chunk or [DONE]). The timestamps below keep the other definitions of
+    # metrics.md recomputable (vLLM parity, stream setup, TTFO).
+    headers_time: float | None = None  # t_headers: response headers arrived
+    first_message_time: float | None = None  # first ``choices`` message, even if empty (vLLM chat TTFT)
+    first_output_time: float | None = None  # first non-reasoning content (TTFO)
+    wall_start_ns: int | None = None  # time.time_ns() at send, for export only
+    output_tokens_usage: int | None = None  # usage.completion_tokens as the server reported it
+    output_tokens_retokenized: int | None = None  # joined text through the model's tokenizer
+    status: int | None = None  # HTTP status (or SageMaker's), when one arrived
 
     @property
     def ok(self) -> bool:
