@@ -23,3 +23,16 @@ def test_inclusive_operators_and_throughput_goals():
 def test_malformed_constraints(bad):
     with pytest.raises(BadInput):
         parse_constraints(bad)
+
+
+def test_plan_round_trip_and_validation(tmp_path):
+    from core.spec.plan import Plan, demo_plan
+
+    plan = demo_plan()
+    assert plan.hardware().num_gpus == 4 and plan.slo.constraints[0].key == "p99_e2el_ms"
+    path = tmp_path / "plan.toml"
+    plan.save(path)
+    assert Plan.load(path) == plan
+    path.write_text('[plan]\ninput_len = -5\n')
+    with pytest.raises(BadInput, match="input_len"):
+        Plan.load(path)

@@ -1,0 +1,107 @@
+"""A plan: everything knee needs to estimate, sweep and deploy one serving problem.
+
+The TUI's Plan screen edits one; ``knee estimate`` and ``knee sweep`` can read one from a
+TOML file (``--plan FILE``). With nothing planned, knee opens :func:`demo_plan`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from core.errors import BadInput
+from core.spec.slo import SLO, parse_constraints
+
+Objective = Literal["max_throughput", "min_cost", "min_latency"]
+EngineName = Literal["sim", "vllm", "sglang", "custom", "external", "sagemaker"]
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model: str = "Qwen/Qwen3-4B"
+    precision: str | None = None  # None: the checkpoint's own format
+    kv_cache_dtype: str = "auto"
+    # Hardware: a SageMaker instance, or a GPU type and count.
+    instance: str | None = "ml.g6.12xlarge"
+    gpu: str | None = None
+    num_gpus: int | None = Field(default=None, ge=1)
+    # Workload
+    input_len: int = Field(default=1024, ge=1)
+    output_len: int = Field(default=512, ge=1)
+    range_ratio: float = Field(default=0.0, ge=0.0, le=1.0)
+    dataset: str = "random"
+    dataset_path: str | None = None
+    num_prompts: int = Field(default=1000, ge=1)
+    arrival: Literal["concurrency", "poisson", "constant", "gamma"] = "concurrency"
+    # Goals: constraints in llm-optimizer's grammar, plus a throughput floor.
+    constraints: str = "e2e_latency:p99<60s"
+    min_request_rate: float | None = Field(default=5.0, ge=0)
+    objective: Objective = "max_throughput"
+    # How to run
+    engine: EngineName = "sim"
+    url: str | None = None  # external engine
+    endpoint_name: str | None = None  # sagemaker engine
+    # Search space in llm-optimizer's grammar (knee's suggestion when empty).
+    server_args: str = ""
+    client_args: str = ""
+
+    @field_validator("constraints")
+    @classmethod
+    def _valid_constraints(cls, v: str) -> str:
+        parse_constraints(v)  # raises BadInput with the reason
+        return v
+
+    @property
+    def slo(self) -> SLO:
+        return parse_constraints(self.constraints)
+
+    def hardware(self):
+        from core.catalog import resolve_hardware
+
+        return resolve_hardware(gpu=self.gpu, num_gpus=self.num_gpus, instance=self.instance)
+
+    def arch(self):
+        from core.catalog import load_model
+
+        return load_model(self.model, precision=self.precision)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(_to_toml(self.model_dump(exclude_none=True)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except FileNotFoundError:
+            raise BadInput(f"plan file {p} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise BadInput(f"plan file {p} is not valid TOML: {e}") from None
+        try:
+            return cls(**data.get("plan", data))
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise BadInput(f"plan file {p}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def demo_plan() -> Plan:
+    """The public SageMaker + llm-optimizer walkthrough: Qwen3-4B on ml.g6.12xlarge (4x L4),
+    1024 in / 512 out, E2E p99 <= 60 s, >= 5 req/s, on the simulator."""
+    return Plan()
+
+
+def _to_toml(data: dict) -> str:
+    lines = ["[plan]"]
+    for k, v in data.items():
+        if isinstance(v, bool):
+            lines.append(f"{k} = {'true' if v else 'false'}")
+        elif isinstance(v, (int, float)):
+            lines.append(f"{k} = {v!r}")
+        else:
+            s = str(v).replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f'{k} = "{s}"')
+    return "\n".join(lines) + "\n"
