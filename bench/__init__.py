@@ -1,0 +1,1 @@
+"""Benchmarks: each prints the figure it measures, beside the peer tool where there is one."""
