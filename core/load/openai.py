@@ -1,0 +1,259 @@
+"""OpenAI-compatible streaming target: ``/v1/completions`` and ``/v1/chat/completions`` over SSE.
+
+``OpenAITarget(url, model, api="completions"|"chat", api_key=None, ...)`` implements the
+target protocol the runner drives (``open(limit)``, ``close()``, ``send(prompt, rec, t0)``).
+``send`` fills one :class:`core.spec.RequestRecord` in place and returns the generated text;
+it never raises for anything the server or the network does — those become ``rec.error``.
+
+Timing (``shared/reference/metrics.md`` §1), all ``time.perf_counter() - t0``:
+
+- ``send_time``: immediately before the POST; ``headers_time``: when the status line and
+  headers are in; each SSE message is stamped when the read that brought its **first byte**
+  returned, before any JSON is parsed.
+- ``chunk_times`` hold messages with non-empty ``text`` (completions) or ``delta.content`` /
+  ``delta.reasoning_content`` / ``delta.reasoning`` (chat), so a role-only first chat chunk
+  never fires TTFT (vllm #15106); ``first_message_time`` keeps vLLM's first-``choices`` stamp
+  for parity. ``end_time`` is t_end: ``[DONE]``, or the last message when a stream closes
+  cleanly after a ``finish_reason`` without it.
+
+Token counts: the request asks for ``stream_options.include_usage`` and takes OSL from
+``usage.completion_tokens`` and ISL from ``usage.prompt_tokens``. With
+``per_chunk_usage=True`` it also asks vLLM for ``continuous_usage_stats`` and gives each
+chunk the tokens it really carried (MTP, speculative decoding, bundled first chunks). A
+server that reports no usage leaves ``output_tokens_usage`` unset; the runner then
+retokenizes the joined text (never chunk by chunk).
+
+The API key travels only in the ``Authorization`` header; it is never put in a record or
+an error message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from core.load.datasets import Prompt
+from core.load.transport import Transport, TransportError, make_transport
+from core.spec.records import RequestRecord
+
+_loads = json.loads
+
+
+def _short(body: bytes, limit: int = 200) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    try:  # OpenAI-style {"error": {"message": ...}} or {"message": ...} / {"detail": ...}
+        obj = json.loads(text)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj)
+            if isinstance(err, dict):
+                text = str(err.get("message") or err.get("detail") or err)
+            elif err:
+                text = str(err)
+    except ValueError:
+        pass
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class OpenAITarget:
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api: str = "completions",
+        api_key: str | None = None,
+        *,
+        transport: str | None = None,
+        ignore_eos: bool = True,
+        per_chunk_usage: bool = False,
+        temperature: float = 0.0,
+        timeout_s: float | None = 6 * 3600,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        if api not in ("completions", "chat"):
+            from core.errors import BadInput
+
+            raise BadInput(f"unknown API {api!r}", "use completions or chat")
+        base = url.rstrip("/")
+        # Accept http://host:port, .../v1, or the full endpoint URL.
+        if base.endswith("/completions"):
+            self.endpoint = base
+            base = base.rsplit("/v1/", 1)[0] if "/v1/" in base else base
+        else:
+            if base.endswith("/v1"):
+                base = base[:-3]
+            self.endpoint = f"{base}/v1/chat/completions" if api == "chat" else f"{base}/v1/completions"
+        self.base_url = base
+        self.model = model
+        self.api = api
+        self.name = f"openai-{api}"
+        self.ignore_eos = ignore_eos
+        self.per_chunk_usage = per_chunk_usage
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
+        self._headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._transport_kind = transport
+        self._timeout_s = timeout_s
+        self.transport: Transport | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAITarget({self.endpoint!r}, model={self.model!r}, api={self.api!r})"
+
+    @property
+    def transport_name(self) -> str:
+        return self.transport.name if self.transport else (self._transport_kind or "")
+
+    async def open(self, limit: int) -> None:
+        self.transport = make_transport(self._transport_kind, limit, self._timeout_s)
+        await self.transport.open()
+
+    async def close(self) -> None:
+        if self.transport is not None:
+            await self.transport.close()
+
+    def body(self, prompt: Prompt) -> bytes:
+        stream_options: dict[str, Any] = {"include_usage": True}
+        if self.per_chunk_usage:
+            stream_options["continuous_usage_stats"] = True
+        b: dict[str, Any] = {"model": self.model, "stream": True, "stream_options": stream_options, "temperature": self.temperature}
+        if self.api == "chat":
+            b["messages"] = prompt.messages or [{"role": "user", "content": prompt.text}]
+            b["max_completion_tokens"] = prompt.output_tokens
+        else:
+            b["prompt"] = prompt.text
+            b["max_tokens"] = prompt.output_tokens
+        if self.ignore_eos:
+            # vLLM extension: exact OSL. Other servers ignore unknown fields or reject them;
+            # the user can turn it off (--no-ignore-eos).
+            b["ignore_eos"] = True
+        b.update(self.extra_body)
+        return json.dumps(b).encode()
+
+    async def send(self, prompt: Prompt, rec: RequestRecord, t0: float) -> str:
+        """Send one streaming request and fill ``rec``; returns the generated text."""
+        assert self.transport is not None, "open() the target first"
+        body = self.body(prompt)
+        clock = time.perf_counter
+        chat = self.api == "chat"
+        texts: list[str] = []
+        chunk_times = rec.chunk_times
+        chunk_tokens = rec.chunk_tokens
+        done = finished = False
+        prev_ct = 0
+        rec.input_tokens = prompt.input_tokens
+        rec.wall_start_ns = time.time_ns()
+        rec.send_time = clock() - t0
+        try:
+            async with self.transport.post_stream(self.endpoint, body, self._headers) as s:
+                rec.headers_time = clock() - t0
+                rec.status = s.status
+                if s.status != 200:
+                    rec.error = f"HTTP {s.status}: {_short(await s.read_all())}"
+                    return ""
+                if "text/event-stream" not in s.content_type:
+                    rec.error = f"server did not stream (Content-Type {s.content_type or 'missing'}; expected text/event-stream)"
+                    return ""
+                buf = b""
+                pending_t = 0.0  # when the first byte of the partial message in buf arrived
+                async for data in s.chunks():
+                    t = clock() - t0
+                    if buf:
+                        buf += data
+                    else:
+                        buf = data
+                        pending_t = t
+                    if b"\r" in buf:
+                        buf = buf.replace(b"\r\n", b"\n")
+                    msg_t = pending_t
+                    while True:
+                        i = buf.find(b"\n\n")
+                        if i < 0:
+                            break
+                        msg = buf[:i]
+                        buf = buf[i + 2 :]
+                        mt, msg_t = msg_t, t  # later messages in this read began in this read
+                        # Fast path: one `data: ` line (what vLLM, SGLang, OpenAI send).
+                        if msg.startswith(b"data: ") and b"\n" not in msg:
+                            payload = msg[6:]
+                        else:
+                            lines = [ln[5:].lstrip(b" ") for ln in msg.split(b"\n") if ln.startswith(b"data:")]
+                            if not lines:
+                                continue  # comment, event: or keep-alive only
+                            payload = b"\n".join(lines)
+                        if payload == b"[DONE]":
+                            rec.end_time = mt
+                            done = True
+                            break
+                        try:
+                            obj = _loads(payload)
+                        except ValueError:
+                            rec.error = f"malformed SSE: data is not JSON ({_short(payload, 80)!r})"
+                            return "".join(texts)
+                        if not isinstance(obj, dict):
+                            rec.error = f"malformed SSE: data is not a JSON object ({_short(payload, 80)!r})"
+                            return "".join(texts)
+                        rec.end_time = mt
+                        if "error" in obj and not obj.get("choices"):
+                            err = obj["error"]
+                            rec.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
+                            return "".join(texts)
+                        usage = obj.get("usage")
+                        choices = obj.get("choices")
+                        if choices:
+                            if rec.first_message_time is None:
+                                rec.first_message_time = mt
+                            c = choices[0]
+                            if chat:
+                                delta = c.get("delta") or {}
+                                text = delta.get("content")
+                                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                            else:
+                                text = c.get("text")
+                                reasoning = None
+                            if text or reasoning:
+                                chunk_times.append(mt)
+                                if usage and self.per_chunk_usage:
+                                    ct = int(usage.get("completion_tokens") or 0)
+                                    chunk_tokens.append(ct - prev_ct)
+                                    prev_ct = ct
+                                else:
+                                    chunk_tokens.append(1)
+                                if text:
+                                    texts.append(text)
+                                    if rec.first_output_time is None:
+                                        rec.first_output_time = mt
+                                if reasoning:
+                                    texts.append(reasoning)
+                            if c.get("finish_reason"):
+                                finished = True
+                        if usage:
+                            ct = usage.get("completion_tokens")
+                            if ct is not None:
+                                rec.output_tokens_usage = int(ct)
+                            pt = usage.get("prompt_tokens")
+                            if pt:
+                                rec.input_tokens = int(pt)
+                    if done:
+                        break
+                    if buf:
+                        if msg_t != pending_t:  # leftover began in this read
+                            pending_t = t
+        except TransportError as e:
+            rec.error = str(e)
+            return "".join(texts)
+        except Exception as e:  # a broken stream must never end the run
+            rec.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            return "".join(texts)
+        if not done and not finished:
+            rec.error = "stream ended before [DONE] (broken stream)"
+            rec.end_time = None
+        elif rec.end_time is None:
+            rec.end_time = clock() - t0
+        if rec.output_tokens_usage is not None:
+            rec.output_tokens = rec.output_tokens_usage
+        else:
+            rec.output_tokens = len(chunk_times)  # provisional; the runner retokenizes
+        return "".join(texts)
