@@ -1,0 +1,581 @@
+"""Predicted TTFT, ITL, E2E latency and throughput of a serving configuration, analytically.
+
+The prediction is a steady state of continuous batching, solved as a small fixed point on
+top of the step cost model (:mod:`core.estimate.costmodel`), so it is cheap enough to run as
+the user types (well under a millisecond per load point) and agrees with the simulator that
+uses the same cost model.
+
+Public API (UI-free; the TUI, ``knee estimate`` and the sweep's adaptive strategy call it)::
+
+    Predictor(arch, gpu, workload, *, kv_dtype="auto", engine="vllm", engine_version=None,
+              gpu_memory_utilization=0.9, max_model_len=None)
+        .memory(cfg: ServerConfig) -> MemoryPlan           # per replica, cached
+        .predict(cfg, *, concurrency=None, request_rate=None, num_prompts=None) -> Prediction
+        .curve(cfg, concurrencies) -> list[Prediction]
+        .max_throughput(cfg) -> Prediction                 # everything submitted at once
+        .config(tp, dp=1, **knobs) -> ServerConfig          # engine defaults filled in
+
+    Prediction: ttft_ms / itl_ms (= TPOT) / e2e_s as Stats(mean, p50, p90, p95, p99),
+        req_per_s, output_tok_per_s, running, queued, limited_by, saturated,
+        prefill_bottleneck, decode_bottleneck, .metrics() (vllm bench serve keys), .as_dict()
+
+    The whole report (memory plans per TP, predictions per config x concurrency, limits,
+    bottlenecks, suggested search space) is :func:`core.estimate.report.estimate`.
+
+The model, per replica (data-parallel replicas split the load evenly):
+
+- ``N`` sequences run at once, capped by ``max_num_seqs``, by the KV cache (sequences at the
+  average context I + O/2, since lifetimes are staggered) and, with chunked prefill, by the
+  token budget (every decode takes one token of it). Beyond the cap requests wait.
+- Every running sequence lives ``L = k + O − 1`` steps: ``k = ceil(I / (budget − decodes))``
+  prefill chunks (vLLM schedules running decodes first and gives prefill what is left of
+  ``max_num_batched_tokens``), then O − 1 decode steps (the first token comes out of the last
+  prefill chunk). Over one such cycle N requests complete, so throughput = N / cycle time.
+- Of the L steps, ``min(L, N·k)`` carry prefill chunks ("mixed" steps: prefill tokens plus the
+  decodes) and the rest are pure decode steps; a decoding request sees the mixed ones as
+  prefill/decode interference, which is where its ITL comes from under load. Engines without
+  chunked prefill (vLLM < 0.6) run whole prompts in prefill-only steps while decodes stall.
+- Closed loop at concurrency C: a fixed point of Little's law, C = X·(API overhead + wait +
+  residence); past the cap the excess queues and waits (C − N)/X.
+- Open loop at rate λ: the N with N = λ·residence(N); near the cap an M/M/c waiting time
+  (Sakasegawa's approximation); past it the replica is saturated and, over a finite run of
+  ``num_prompts`` requests, the queue grows linearly, so mean wait = (n−1)/2·(1/X − 1/λ).
+- Per-request API overheads (HTTP, tokenisation, detokenisation/streaming) from the engine
+  profile add to TTFT and E2E.
+
+Percentiles are approximations, stated as such everywhere they are shown: TTFT spreads by
+the step a request lands in (uniform over one step), by other prefills colliding with it
+(Poisson count at the arrival rate) and by queueing (exponential tail in an open loop; a
+closed loop's queue is nearly deterministic); ITL spreads by how many of a request's decode
+steps are mixed ones (binomial); E2E adds the deviations in quadrature, plus the output
+length's own spread when the workload has one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from core.errors import BadInput
+from core.estimate.costmodel import Batch, CostModel, engine_profile
+from core.estimate.memory import MemoryPlan, plan_memory
+from core.spec.hardware import GPU
+from core.spec.model import ModelArch
+from core.spec.serving import ServerConfig
+from core.spec.workload import LengthDist, Workload
+
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+# Standard normal quantiles for the same levels (no scipy on the hot path).
+_Z = {0.50: 0.0, 0.90: 1.2816, 0.95: 1.6449, 0.99: 2.3263}
+DEFAULT_NUM_PROMPTS = 1000  # vllm bench serve / llm-optimizer default for a finite run
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A latency's mean and (approximate) percentiles, in the unit the field name says."""
+
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+
+    def get(self, stat: str) -> float:
+        stat = {"median": "p50"}.get(stat, stat)
+        if stat == "mean":
+            return self.mean
+        if hasattr(self, stat):
+            return getattr(self, stat)
+        raise BadInput(f"unknown statistic {stat!r}", "use mean, median, p50, p90, p95 or p99")
+
+    def as_dict(self, digits: int = 3) -> dict[str, float]:
+        return {k: _round(v, digits) for k, v in asdict(self).items()}
+
+
+def _round(v: float, digits: int) -> float:
+    if v is None or not math.isfinite(v):
+        return v
+    return float(f"{v:.{digits + 3}g}") if abs(v) < 10**digits else round(v, 1)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One configuration at one load point (whole deployment: all replicas)."""
+
+    tp: int
+    dp: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    concurrency: float | None  # closed loop (whole deployment)
+    request_rate: float | None  # open loop (req/s, whole deployment)
+    ttft_ms: Stats
+    itl_ms: Stats  # decode time per output token after the first (TPOT)
+    e2e_s: Stats
+    req_per_s: float
+    output_tok_per_s: float
+    input_tok_per_s: float
+    running: float  # sequences in each replica's running batch
+    queued: float  # requests waiting per replica (mean)
+    limited_by: str  # what caps the running batch: load, max_num_seqs, kv_cache, token_budget
+    saturated: bool  # open loop: arrivals exceed what the replica completes
+    prefill_chunks: int
+    step_ms_mixed: float  # a step carrying prefill chunks (and the decodes)
+    step_ms_decode: float  # a pure decode step
+    prefill_bottleneck: str
+    decode_bottleneck: str
+
+    def metrics(self) -> dict[str, float]:
+        """Flat keys as ``vllm bench serve`` names them (what SLO constraints read)."""
+        out: dict[str, float] = {
+            "request_throughput": self.req_per_s,
+            "output_throughput": self.output_tok_per_s,
+            "total_token_throughput": self.output_tok_per_s + self.input_tok_per_s,
+        }
+        for name, st, scale in (("ttft", self.ttft_ms, 1.0), ("tpot", self.itl_ms, 1.0), ("itl", self.itl_ms, 1.0), ("e2el", self.e2e_s, 1000.0)):
+            out[f"mean_{name}_ms"] = st.mean * scale
+            out[f"median_{name}_ms"] = st.p50 * scale
+            for q in ("p50", "p90", "p95", "p99"):
+                out[f"{q}_{name}_ms"] = getattr(st, q) * scale
+        return out
+
+    def value(self, metric: str, stat: str = "mean") -> float:
+        """``metric`` in knee's canonical names (ttft, itl, tpot, e2el in ms; throughputs)."""
+        if metric == "ttft":
+            return self.ttft_ms.get(stat)
+        if metric in ("itl", "tpot"):
+            return self.itl_ms.get(stat)
+        if metric == "e2el":
+            return self.e2e_s.get(stat) * 1000.0
+        return self.metrics()[metric]
+
+    def as_dict(self) -> dict[str, object]:
+        d = {
+            "tp": self.tp,
+            "dp": self.dp,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "concurrency": self.concurrency,
+            "request_rate": self.request_rate,
+            "ttft_ms": self.ttft_ms.as_dict(),
+            "itl_ms": self.itl_ms.as_dict(),
+            "e2e_s": self.e2e_s.as_dict(),
+            "req_per_s": _round(self.req_per_s, 4),
+            "output_tok_per_s": _round(self.output_tok_per_s, 4),
+            "input_tok_per_s": _round(self.input_tok_per_s, 4),
+            "running_per_replica": _round(self.running, 3),
+            "queued_per_replica": _round(self.queued, 3),
+            "limited_by": self.limited_by,
+            "saturated": self.saturated,
+            "prefill_chunks": self.prefill_chunks,
+            "step_ms_mixed": _round(self.step_ms_mixed, 3),
+            "step_ms_decode": _round(self.step_ms_decode, 3),
+            "prefill_bottleneck": self.prefill_bottleneck,
+            "decode_bottleneck": self.decode_bottleneck,
+            "percentiles": "approximate (analytic model)",
+        }
+        return d
+
+
+@dataclass(slots=True)
+class _State:
+    """Steady state of one replica with ``n`` running sequences."""
+
+    n: float
+    k: int  # prefill chunks per request
+    steps: float  # L: steps a request spends running
+    n_mixed: float  # steps per cycle that carry prefill
+    t_mixed: float
+    t_pure: float
+    cycle: float  # seconds per cycle = residence of a request in the running batch
+    prefill: float  # seconds from being scheduled to the first token
+    tpot: float
+    frac_mixed: float  # share of a request's decode steps that are mixed
+    prefill_tokens_step: float
+    decodes_mixed: float
+    decodes_pure: float
+
+    @property
+    def throughput(self) -> float:
+        return self.n / self.cycle if self.cycle > 0 else 0.0
+
+    @property
+    def mean_step(self) -> float:
+        return self.cycle / self.steps if self.steps else 0.0
+
+
+def _quantile_len(dist: LengthDist, q: float) -> float:
+    if dist.kind == "uniform":
+        return dist.mean * (1 - dist.range_ratio + 2 * dist.range_ratio * q)
+    if dist.kind == "normal":
+        return max(1.0, dist.mean + _Z.get(q, 0.0) * dist.std)
+    if dist.kind == "empirical":
+        vals = sorted(dist.values)
+        return float(vals[min(len(vals) - 1, int(q * len(vals)))])
+    return dist.mean
+
+
+def _mean_len(dist: LengthDist) -> float:
+    if dist.kind == "empirical":
+        return sum(dist.values) / len(dist.values)
+    return dist.mean
+
+
+def _poisson_quantile(m: float, q: float) -> int:
+    """Smallest k with P(Poisson(m) <= k) >= q (m small; a normal tail beyond)."""
+    if m <= 0:
+        return 0
+    if m > 30:
+        return max(0, int(m + _Z.get(q, 0.0) * math.sqrt(m) + 0.5))
+    p = math.exp(-m)
+    acc, k = p, 0
+    while acc < q and k < 200:
+        k += 1
+        p *= m / k
+        acc += p
+    return k
+
+
+class Predictor:
+    """Predictions for one model, GPU type, workload and engine, over server configs."""
+
+    def __init__(
+        self,
+        arch: ModelArch,
+        gpu: GPU,
+        workload: Workload,
+        *,
+        kv_dtype: str = "auto",
+        engine: str = "vllm",
+        engine_version: str | None = None,
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,
+    ):
+        self.arch, self.gpu, self.workload = arch, gpu, workload
+        self.kv_dtype, self.engine, self.engine_version = kv_dtype, engine, engine_version
+        self.profile = engine_profile(engine, engine_version)
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.input_len = _mean_len(workload.input)
+        self.output_len = max(1.0, _mean_len(workload.output))
+        if self.input_len <= 0:
+            raise BadInput("input length must be positive")
+        need = workload.max_total_len
+        if max_model_len is None:
+            # What a user would pass as --max-model-len for this workload: the next power of
+            # two over the longest request, at least 4096, never above the model's own limit.
+            max_model_len = min(arch.max_position_embeddings, max(4096, 1 << math.ceil(math.log2(max(need, 2)))))
+        self.max_model_len = max_model_len
+        self._cms: dict[int, CostModel] = {}
+        self._mems: dict[tuple, MemoryPlan] = {}
+
+    # ---- building blocks -------------------------------------------------------------
+    def cost_model(self, tp: int) -> CostModel:
+        cm = self._cms.get(tp)
+        if cm is None:
+            cm = self._cms[tp] = CostModel(self.arch, self.gpu, tp, self.kv_dtype, self.engine, self.engine_version)
+        return cm
+
+    def config(self, tp: int = 1, dp: int = 1, **knobs) -> ServerConfig:
+        """A ServerConfig with this engine's defaults for the knobs left unset."""
+        knobs.setdefault("max_num_batched_tokens", self.default_budget())
+        knobs.setdefault("max_num_seqs", int(self.profile.get("default_max_num_seqs", 256)))
+        knobs.setdefault("gpu_memory_utilization", self.gpu_memory_utilization)
+        knobs.setdefault("max_model_len", self.max_model_len)
+        knobs.setdefault("kv_cache_dtype", self.kv_dtype)
+        return ServerConfig(model=self.arch.name, tp=tp, dp=dp, **knobs)
+
+    def default_budget(self) -> int:
+        budget = int(self.profile.get("default_max_num_batched_tokens", 8192))
+        if not self.profile.get("chunked_prefill", 1):
+            # Without chunked prefill a whole prompt must fit one step: vLLM < 0.6 sets the
+            # budget to max(max_model_len, 2048).
+            budget = max(budget, self.max_model_len)
+        return budget
+
+    def _knobs(self, cfg: ServerConfig) -> tuple[int, int, int]:
+        budget = cfg.max_num_batched_tokens or self.default_budget()
+        seqs = cfg.max_num_seqs or int(self.profile.get("default_max_num_seqs", 256))
+        mml = cfg.max_model_len or self.max_model_len
+        return budget, seqs, mml
+
+    def memory(self, cfg: ServerConfig) -> MemoryPlan:
+        budget, seqs, mml = self._knobs(cfg)
+        key = (cfg.tp, budget, seqs, mml, cfg.gpu_memory_utilization, cfg.kv_cache_dtype)
+        plan = self._mems.get(key)
+        if plan is None:
+            plan = self._mems[key] = plan_memory(
+                self.arch,
+                self.gpu,
+                cfg.tp,
+                gpu_memory_utilization=cfg.gpu_memory_utilization,
+                max_model_len=mml,
+                max_num_batched_tokens=budget,
+                max_num_seqs=seqs,
+                kv_dtype=cfg.kv_cache_dtype,
+            )
+        return plan
+
+    def running_cap(self, cfg: ServerConfig) -> tuple[float, str]:
+        """The most sequences one replica runs at once, and what sets it."""
+        budget, seqs, _ = self._knobs(cfg)
+        mem = self.memory(cfg)
+        caps = [(float(seqs), "max_num_seqs")]
+        if mem.fits:
+            # Staggered lifetimes: a running sequence holds I + O/2 tokens on average.
+            caps.append((max(1.0, mem.kv_tokens / (self.input_len + self.output_len / 2 + 8)), "kv_cache"))
+        if self.profile.get("chunked_prefill", 1):
+            caps.append((float(max(1, budget - 1)), "token_budget"))
+        return min(caps)
+
+    # ---- the steady state of one replica -------------------------------------------
+    def _state(self, cm: CostModel, n: float, budget: int) -> _State:
+        I, O = self.input_len, self.output_len
+        dec_steps = O - 1.0
+        step = cm.step_seconds
+        # Below one running sequence the replica is idle part of the time: each step still
+        # serves one whole sequence, and throughput scales with the busy share.
+        busy = min(n, 1.0)
+        n = max(n, 1.0)
+        ctx = I + dec_steps / 2.0  # mean context of a decoding sequence
+        if self.profile.get("chunked_prefill", 1):
+            # Decodes go first; prefill gets what is left of the budget.
+            k = max(1, math.ceil(I / budget))
+            for _ in range(3):
+                steps = k + dec_steps
+                decodes = n * dec_steps / steps
+                prefilling = n * k / steps
+                avail = max(budget - (n - max(prefilling, 1.0)), budget * 0.02, 1.0)
+                k_new = max(1, math.ceil(I / avail))
+                if k_new == k:
+                    break
+                k = k_new
+            steps = k + dec_steps
+            n_mixed = min(steps, n * k)
+            prefilling = n * k / n_mixed  # sequences prefilling in a mixed step
+            dec_mixed = max(0.0, n - prefilling) if n_mixed < steps else n * dec_steps / steps
+            dec_pure = n
+            p_tok = n * I / n_mixed
+            # Attention pairs and KV read by the prefill chunks, per mixed step.
+            p_attn = n * I * I / 2.0 / n_mixed
+            p_kv = n * I * (k + 1) / 2.0 / n_mixed
+            t_mixed = step(p_tok, p_attn, p_kv, dec_mixed, dec_mixed * ctx, prefilling)
+            t_pure = step(0.0, 0.0, 0.0, dec_pure, dec_pure * ctx, 0.0) if n_mixed < steps else t_mixed
+            cycle = n_mixed * t_mixed + (steps - n_mixed) * t_pure
+            prefill = k * t_mixed
+            decode_work = n * dec_steps
+            frac_mixed = (n_mixed * dec_mixed / decode_work) if decode_work > 0 else 0.0
+        else:
+            # Whole prompts in prefill-only steps (prefill first, as vLLM < 0.6 schedules);
+            # several waiting prompts share one step when they fit the budget.
+            k = 1
+            group = 1.0
+            t_pure = step(0.0, 0.0, 0.0, n, n * ctx, 0.0) if dec_steps > 0 else 0.0
+            for _ in range(3):
+                t_mixed = step(group * I, group * I * I / 2.0, group * I, 0.0, 0.0, group)
+                cycle = n / group * t_mixed + dec_steps * t_pure
+                arrivals_per_step = n / cycle * (cycle / (n / group + dec_steps))
+                group = min(max(1.0, arrivals_per_step), max(1.0, budget // max(int(I), 1)), n)
+            n_mixed = n / group
+            steps = n_mixed + dec_steps
+            t_mixed = step(group * I, group * I * I / 2.0, group * I, 0.0, 0.0, group)
+            cycle = n_mixed * t_mixed + dec_steps * t_pure
+            prefill = t_mixed
+            dec_mixed, dec_pure, p_tok = 0.0, n, group * I
+            # A decoding request stalls through the other prompts' prefill steps.
+            frac_mixed = max(0.0, n_mixed - 1) / max(n_mixed - 1 + dec_steps, 1.0)
+        tpot = (cycle - prefill) / dec_steps if dec_steps > 0 else 0.0
+        if busy < 1.0:
+            n = busy
+        return _State(n, k, steps, n_mixed, t_mixed, t_pure, cycle, prefill, tpot, frac_mixed, p_tok, dec_mixed, dec_pure)
+
+    # ---- predictions -----------------------------------------------------------------
+    def predict(
+        self,
+        cfg: ServerConfig,
+        *,
+        concurrency: float | None = None,
+        request_rate: float | None = None,
+        num_prompts: int | None = None,
+        duration_s: float | None = None,
+    ) -> Prediction:
+        """Closed loop at ``concurrency`` (whole deployment), or open loop at
+        ``request_rate`` req/s (optionally capped by ``concurrency``)."""
+        if concurrency is None and request_rate is None:
+            raise BadInput("a prediction needs a concurrency or a request rate")
+        if concurrency is not None and concurrency <= 0:
+            raise BadInput(f"concurrency must be positive, got {concurrency}")
+        if request_rate is not None and request_rate <= 0:
+            raise BadInput(f"request rate must be positive, got {request_rate}")
+        mem = self.memory(cfg)
+        if not mem.fits:
+            raise BadInput(f"TP{cfg.tp} does not fit: {mem.reason}")
+        cm = self.cost_model(cfg.tp)
+        budget, seqs, _ = self._knobs(cfg)
+        cap, cap_reason = self.running_cap(cfg)
+        dp = cfg.dp
+        ovh = cm.request_overhead_s
+        tail = cm.output_token_overhead_s * self.output_len
+
+        if request_rate is None:
+            c = concurrency / dp
+            n = min(c, cap)
+            st = self._state(cm, n, budget)
+            for _ in range(8):
+                # Little's law: of the C requests a client holds, the engine runs those not in
+                # API overhead or waiting for the next step.
+                e = ovh + 0.5 * st.mean_step + st.cycle + tail
+                n_new = min(cap, max(min(c, 1.0), c * st.cycle / e))
+                if abs(n_new - n) < 1e-3 * max(n, 1.0):
+                    break
+                n = 0.5 * (n + n_new)
+                st = self._state(cm, n, budget)
+            x = st.throughput
+            e = ovh + 0.5 * st.mean_step + st.cycle + tail
+            wait = max(0.0, c / x - e) if x > 0 else math.inf
+            limited = "load" if n < cap - 1e-6 else cap_reason
+            return self._finish(cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs)
+
+        lam = request_rate / dp
+        st_cap = self._state(cm, cap, budget)
+        if lam * st_cap.cycle >= cap:
+            # Arrivals outrun the replica: over a finite run the queue grows linearly and the
+            # i-th request waits i·(1/X − 1/λ).
+            x = st_cap.throughput
+            n_run = num_prompts or (int(request_rate * duration_s) if duration_s else None)
+            n_run = n_run or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
+            wait = max(0.0, (n_run / dp - 1) / 2.0 * (1.0 / x - 1.0 / lam))
+            pred = self._finish(cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget, seqs)
+        else:
+            lo, hi = 0.0, cap
+            for _ in range(40):
+                mid = 0.5 * (lo + hi)
+                if lam * self._state(cm, max(mid, 1e-3), budget).cycle > mid:
+                    lo = mid
+                else:
+                    hi = mid
+                if hi - lo < 1e-3 * max(hi, 1.0):
+                    break
+            n = max(hi, 1e-3)
+            st = self._state(cm, n, budget)
+            # M/M/c waiting with c = the cap (Sakasegawa's approximation): negligible until
+            # the running batch nears its cap.
+            rho = min(n / cap, 0.999)
+            wait = st.cycle * rho ** (math.sqrt(2 * (cap + 1)) - 1) / (cap * (1 - rho))
+            limited = "load" if rho < 0.95 else cap_reason
+            pred = self._finish(cfg, cm, st, lam, wait, "exponential", limited, False, concurrency, request_rate, budget, seqs)
+        if concurrency is not None and pred.req_per_s * pred.e2e_s.mean > concurrency:
+            # The client caps requests in flight: the closed loop at that cap applies.
+            closed = self.predict(cfg, concurrency=concurrency)
+            if closed.req_per_s < pred.req_per_s:
+                return closed
+        return pred
+
+    def _finish(self, cfg, cm, st: _State, x: float, wait: float, wait_kind: str, limited: str,
+                saturated: bool, concurrency, request_rate, budget: int, seqs: int) -> Prediction:
+        """Means and approximate percentiles from a replica's steady state."""
+        I, O = self.input_len, self.output_len
+        dp = cfg.dp
+        ovh = cm.request_overhead_s
+        chunked = bool(self.profile.get("chunked_prefill", 1))
+        dec = max(O - 1.0, 0.0)
+        ttft_mean = ovh + wait + 0.5 * st.mean_step + st.prefill
+        tpot_mean = st.tpot + cm.output_token_overhead_s
+        e2e_mean = ttft_mean + dec * tpot_mean
+
+        # Percentiles (approximate; see the module docstring).
+        collide_m = x * st.prefill  # other prefills arriving while ours runs
+        share = 0.5 if chunked else 1.0
+        p_wait = 0.0
+        if wait_kind == "exponential" and wait > 0:
+            rho = min(st.n / max(self.running_cap(cfg)[0], 1e-9), 0.999)
+            p_wait = min(1.0, rho ** (math.sqrt(2 * (self.running_cap(cfg)[0] + 1)) - 1))
+        ttft_q, itl_q, e2e_q = {}, {}, {}
+        for name, q in QUANTILES.items():
+            if wait_kind == "exponential":
+                w = (wait / p_wait) * math.log(p_wait / (1 - q)) if p_wait > 0 and q > 1 - p_wait else 0.0
+            elif wait_kind == "uniform":
+                w = 2 * wait * q
+            else:  # a closed loop's queue is nearly deterministic
+                w = wait
+            k_coll = _poisson_quantile(collide_m, q)
+            pf = st.prefill * (_quantile_len(self.workload.input, q) / I) * (1 + share * k_coll / max(st.k, 1))
+            t = ovh + w + q * st.mean_step + pf
+            ttft_q[name] = t
+            if dec > 0:
+                # Mixed steps among a request's decode steps: binomial(O−1, frac_mixed).
+                f = st.frac_mixed
+                f_q = min(1.0, max(0.0, f + _Z[q] * math.sqrt(max(f * (1 - f), 0.0) / dec)))
+                itl = st.tpot + (f_q - f) * dec_gap(st, chunked, dec)
+                itl = max(itl, 0.0) + cm.output_token_overhead_s
+            else:
+                itl = 0.0
+            itl_q[name] = itl
+            devs = (t - ttft_mean, dec * (itl - tpot_mean), (_quantile_len(self.workload.output, q) - O) * tpot_mean)
+            mag = math.sqrt(sum(d * d for d in devs))
+            e2e_q[name] = max(e2e_mean + math.copysign(mag, sum(devs)), t)
+        for d in (ttft_q, itl_q, e2e_q):  # keep p50 <= p90 <= p95 <= p99
+            prev = -math.inf
+            for name in QUANTILES:
+                d[name] = prev = max(d[name], prev)
+
+        # Bottlenecks: the step prefill chunks ride in, and the pure decode step.
+        pf_seqs = max(1, round(st.n * st.k / max(st.n_mixed, 1e-9))) if chunked else max(1, round(st.prefill_tokens_step / I))
+        pf_batch = Batch(
+            prefill_tokens=int(st.prefill_tokens_step),
+            prefill_attn=st.prefill_tokens_step * I / 2.0,
+            prefill_kv=st.prefill_tokens_step * (st.k + 1) / 2.0 / st.k,
+            prefill_seqs=pf_seqs,
+            decode_seqs=int(round(st.decodes_mixed)),
+            decode_context=round(st.decodes_mixed) * (I + dec / 2),
+        )
+        dec_batch = Batch.decode(max(1, int(round(st.decodes_pure))), I + dec / 2)
+        return Prediction(
+            tp=cfg.tp,
+            dp=dp,
+            max_num_batched_tokens=budget,
+            max_num_seqs=seqs,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            ttft_ms=Stats(ttft_mean * 1e3, *(ttft_q[k] * 1e3 for k in QUANTILES)),
+            itl_ms=Stats(tpot_mean * 1e3, *(itl_q[k] * 1e3 for k in QUANTILES)),
+            e2e_s=Stats(e2e_mean, *(e2e_q[k] for k in QUANTILES)),
+            req_per_s=x * dp,
+            output_tok_per_s=x * dp * O,
+            input_tok_per_s=x * dp * I,
+            running=st.n,
+            queued=wait * x,
+            limited_by=limited,
+            saturated=saturated,
+            prefill_chunks=st.k,
+            step_ms_mixed=st.t_mixed * 1e3,
+            step_ms_decode=st.t_pure * 1e3,
+            prefill_bottleneck=cm.breakdown(pf_batch).bottleneck,
+            decode_bottleneck=cm.breakdown(dec_batch).bottleneck if dec > 0 else "n/a (one output token)",
+        )
+
+    def curve(self, cfg: ServerConfig, concurrencies) -> list[Prediction]:
+        return [self.predict(cfg, concurrency=c) for c in concurrencies]
+
+    def max_throughput(self, cfg: ServerConfig, num_prompts: int | None = None) -> Prediction:
+        """Everything submitted at once: the running batch at its cap, the rest queued."""
+        mem = self.memory(cfg)
+        if not mem.fits:
+            raise BadInput(f"TP{cfg.tp} does not fit: {mem.reason}")
+        cap, reason = self.running_cap(cfg)
+        n = num_prompts or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
+        per_rep = n / cfg.dp
+        run = min(per_rep, cap)
+        cm = self.cost_model(cfg.tp)
+        budget, seqs, _ = self._knobs(cfg)
+        st = self._state(cm, run, budget)
+        x = st.throughput
+        # The i-th request of the burst starts once i − N have finished: mean wait (n − N)/2X.
+        wait = max(0.0, per_rep - run) / 2.0 / x
+        return self._finish(cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs)
+
+
+def dec_gap(st: _State, chunked: bool, dec: float) -> float:
+    """How much a request's TPOT moves per unit of its share of mixed decode steps."""
+    if chunked:
+        return st.t_mixed - st.t_pure
+    # Without chunked prefill a stall is a whole prefill step on top of the decode step.
+    return st.t_mixed * (max(st.n_mixed - 1, 0.0) + dec) / dec

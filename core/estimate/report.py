@@ -1,0 +1,299 @@
+"""The whole estimate for a plan: memory per TP, predictions, limits, bottlenecks, suggestion.
+
+``estimate(plan_or_args...) -> EstimateReport`` is what ``knee estimate``, the TUI's
+Estimate screen and the sweep's adaptive strategy call. Explicit keyword arguments override
+the plan's fields; with neither, the demo plan's values apply. ``EstimateReport.as_dict()``
+is the ``--json`` form. UI-free: nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from core.errors import BadInput
+from core.estimate.costmodel import engine_profile
+from core.estimate.limits import Limits, compute_limits
+from core.estimate.memory import MemoryPlan
+from core.estimate.predict import Prediction, Predictor
+from core.estimate.suggest import Suggestion, batched_tokens_values, concurrency_values, render, seqs_values
+from core.spec.hardware import Hardware
+from core.spec.model import ModelArch
+from core.spec.plan import Plan
+from core.spec.serving import ServerConfig
+from core.spec.slo import SLO, parse_constraints
+from core.spec.workload import LengthDist, Workload
+
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# Engines a plan may name that knee predicts as a vLLM server (the simulator plays vLLM).
+_AS_VLLM = {"sim", "custom", "external", "sagemaker", "vllm"}
+
+
+@dataclass(frozen=True)
+class ConfigEstimate:
+    config: ServerConfig
+    memory: MemoryPlan
+    predictions: list[Prediction]
+    limits: Limits
+    at_knee: Prediction  # at the SLO-limited concurrency, else at saturation
+    price_per_hour: float | None = None
+
+    @property
+    def label(self) -> str:
+        return f"TP{self.config.tp} x DP{self.config.dp}"
+
+    @property
+    def cost_per_1m_output_tokens(self) -> float | None:
+        if not self.price_per_hour or self.at_knee.output_tok_per_s <= 0:
+            return None
+        return self.price_per_hour / (self.at_knee.output_tok_per_s * 3600) * 1e6
+
+    def as_dict(self) -> dict[str, object]:
+        c = self.config
+        cost = self.cost_per_1m_output_tokens
+        return {
+            "tp": c.tp,
+            "dp": c.dp,
+            "max_num_batched_tokens": c.max_num_batched_tokens,
+            "max_num_seqs": c.max_num_seqs,
+            "max_model_len": c.max_model_len,
+            "gpu_memory_utilization": c.gpu_memory_utilization,
+            "memory": self.memory.as_dict(),
+            "limits": self.limits.as_dict(),
+            "at_knee": self.at_knee.as_dict(),
+            "cost_per_1m_output_tokens": round(cost, 4) if cost is not None else None,
+            "predictions": [p.as_dict() for p in self.predictions],
+        }
+
+
+@dataclass(frozen=True)
+class EstimateReport:
+    model: dict[str, object]
+    hardware: str
+    gpu: str
+    num_gpus: int
+    instance: str | None
+    price_per_hour: float | None
+    workload: dict[str, object]
+    engine: str
+    engine_version: str | None
+    constraints: str
+    concurrency: list[int]
+    memory: list[MemoryPlan]  # one per TP degree considered, fitting or not
+    configs: list[ConfigEstimate]  # fitting configurations, best first
+    suggestion: Suggestion | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> ConfigEstimate | None:
+        return self.configs[0] if self.configs else None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model,
+            "hardware": {"label": self.hardware, "gpu": self.gpu, "num_gpus": self.num_gpus, "instance": self.instance, "price_per_hour": self.price_per_hour},
+            "workload": self.workload,
+            "engine": {"name": self.engine, "version": self.engine_version},
+            "constraints": self.constraints,
+            "concurrency": self.concurrency,
+            "memory": [m.as_dict() for m in self.memory],
+            "configs": [c.as_dict() for c in self.configs],
+            "best": self.best.label if self.best else None,
+            "suggestion": self.suggestion.as_dict() if self.suggestion else None,
+            "notes": self.notes,
+        }
+
+
+def valid_tp(arch: ModelArch, tp: int) -> str | None:
+    """Why vLLM would refuse this TP degree for the model, or None."""
+    if arch.num_heads % tp:
+        return f"{arch.num_heads} attention heads do not split over TP{tp}"
+    if arch.num_kv_heads % tp and tp % arch.num_kv_heads:
+        return f"{arch.num_kv_heads} KV heads do not split over TP{tp}"
+    return None
+
+
+def _tp_candidates(arch: ModelArch, num_gpus: int) -> list[int]:
+    out, t = [], 1
+    while t <= num_gpus:
+        if num_gpus % t == 0 and valid_tp(arch, t) is None:
+            out.append(t)
+        t *= 2
+    return out
+
+
+def estimate(
+    plan: Plan | None = None,
+    *,
+    model: str | None = None,
+    arch: ModelArch | None = None,
+    hardware: Hardware | None = None,
+    gpu: str | None = None,
+    num_gpus: int | None = None,
+    instance: str | None = None,
+    tp: int | list[int] | None = None,
+    precision: str | None = None,
+    kv_cache_dtype: str | None = None,
+    input_len: float | None = None,
+    output_len: float | None = None,
+    range_ratio: float | None = None,
+    workload: Workload | None = None,
+    concurrency: list[int] | None = None,
+    constraints: str | SLO | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    engine: str | None = None,
+    engine_version: str | None = None,
+) -> EstimateReport:
+    """Estimate every TP x DP configuration of a plan (or of the arguments)."""
+    from core.catalog import load_model, resolve_hardware
+
+    # The plan's goals and hardware apply when a plan is given, or when nothing is (the demo
+    # plan); arguments alone carry no constraints and need hardware of their own.
+    from_plan = plan is not None or not (model or arch)
+    plan = plan or Plan(model=model or (arch.name if arch else "Qwen/Qwen3-4B"))
+    if not from_plan:
+        plan = plan.model_copy(update={"constraints": "", "instance": None, "engine": "vllm"})
+    model = model or plan.model
+    precision = precision if precision is not None else plan.precision
+    kv_dtype = kv_cache_dtype or plan.kv_cache_dtype or "auto"
+    if input_len is not None and input_len <= 0:
+        raise BadInput(f"--input-len must be positive, got {input_len:g}")
+    if output_len is not None and output_len <= 0:
+        raise BadInput(f"--output-len must be positive, got {output_len:g}")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {gpu_memory_utilization:g}")
+    for name, v in (("--max-num-batched-tokens", max_num_batched_tokens), ("--max-num-seqs", max_num_seqs), ("--max-model-len", max_model_len)):
+        if v is not None and v < 1:
+            raise BadInput(f"{name} must be at least 1, got {v}")
+    if arch is None:
+        arch = load_model(model, precision=precision)
+    if hardware is None:
+        if gpu or instance:
+            hardware = resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance)
+        elif num_gpus is not None and plan.gpu:
+            hardware = resolve_hardware(gpu=plan.gpu, num_gpus=num_gpus)
+        else:
+            hardware = plan.hardware()
+    if workload is None:
+        i = input_len if input_len is not None else plan.input_len
+        o = output_len if output_len is not None else plan.output_len
+        r = range_ratio if range_ratio is not None else plan.range_ratio
+        dist = (lambda m: LengthDist(kind="uniform", mean=m, range_ratio=r)) if r else LengthDist.of
+        workload = Workload(input=dist(i), output=dist(o), num_prompts=plan.num_prompts)
+    slo = constraints if isinstance(constraints, SLO) else parse_constraints(constraints if constraints is not None else plan.constraints)
+    eng = (engine or plan.engine or "vllm").lower()
+    eng = "vllm" if eng in _AS_VLLM else eng
+    engine_profile(eng, engine_version)  # unknown engine -> BadInput before any work
+    concurrency = sorted(set(concurrency or DEFAULT_CONCURRENCY))
+    if any(c < 1 for c in concurrency):
+        raise BadInput("--concurrency must list positive integers")
+
+    p = Predictor(
+        arch,
+        hardware.gpu,
+        workload,
+        kv_dtype=kv_dtype,
+        engine=eng,
+        engine_version=engine_version,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+    )
+    n = hardware.num_gpus
+    if tp is None:
+        tps = _tp_candidates(arch, n)
+    else:
+        tps = [tp] if isinstance(tp, int) else sorted(set(tp))
+        for t in tps:
+            if t < 1 or t > n:
+                raise BadInput(f"TP{t} needs {t} GPUs but {hardware.label} has {n}")
+            why = valid_tp(arch, t)
+            if why:
+                raise BadInput(f"TP{t} is not possible for {arch.name}: {why}")
+    knobs = {}
+    if max_num_batched_tokens:
+        knobs["max_num_batched_tokens"] = max_num_batched_tokens
+    if max_num_seqs:
+        knobs["max_num_seqs"] = max_num_seqs
+
+    memory: list[MemoryPlan] = []
+    configs: list[ConfigEstimate] = []
+    price = hardware.instance.price_per_hour if hardware.instance else None
+    for t in tps:
+        cfg = p.config(t, max(1, n // t), **knobs)
+        mem = p.memory(cfg)
+        memory.append(mem)
+        if not mem.fits:
+            continue
+        preds = p.curve(cfg, concurrency)
+        lim = compute_limits(p, cfg, slo)
+        knee_c = lim.slo_concurrency if lim.slo_concurrency is not None and slo.constraints else lim.saturation
+        knee_c = max(1, min(knee_c, 4 * lim.running_cap))
+        configs.append(ConfigEstimate(cfg, mem, preds, lim, p.predict(cfg, concurrency=knee_c), price))
+
+    # Best first: configurations meeting the SLOs, by throughput at their knee.
+    configs.sort(key=lambda ce: (not ce.limits.slo_feasible, -ce.at_knee.req_per_s))
+    notes = [
+        "percentiles are approximations from an analytic steady-state model (see core/estimate/predict.py)",
+        f"engine profile: {eng}{' ' + engine_version if engine_version else ''}; max_model_len {p.max_model_len}",
+    ]
+    if not configs:
+        notes.append("no TP degree fits on this hardware: " + "; ".join(f"TP{m.tp}: {m.reason}" for m in memory))
+    suggestion = None
+    if configs:
+        suggestion = _suggest(p, configs, slo, model, hardware, workload, range_ratio if range_ratio is not None else plan.range_ratio, knobs)
+        notes.extend(suggestion.why)
+    return EstimateReport(
+        model={**arch.summary(), "params_total_b": round(arch.params_total / 1e9, 3), "params_active_b": round(arch.params_active / 1e9, 3), "weights_gb": round(arch.weight_bytes / 1e9, 2)},
+        hardware=hardware.label,
+        gpu=hardware.gpu.name,
+        num_gpus=n,
+        instance=hardware.instance.name if hardware.instance else None,
+        price_per_hour=price,
+        workload={"input_len": p.input_len, "output_len": p.output_len, "range_ratio": range_ratio if range_ratio is not None else plan.range_ratio, "num_prompts": workload.num_prompts},
+        engine=eng,
+        engine_version=engine_version,
+        constraints=str(slo),
+        concurrency=concurrency,
+        memory=memory,
+        configs=configs,
+        suggestion=suggestion,
+        notes=notes,
+    )
+
+
+def _suggest(p: Predictor, configs: list[ConfigEstimate], slo: SLO, model: str, hw: Hardware, wl: Workload, range_ratio: float, knobs: dict) -> Suggestion:
+    feasible = [c for c in configs if c.limits.slo_feasible] or configs
+    best = feasible[0]
+    # Keep the pairs within reach of the best (a sweep need not measure hopeless ones).
+    pairs = [(c.config.tp, c.config.dp) for c in feasible if c.at_knee.req_per_s >= 0.5 * best.at_knee.req_per_s][:4]
+    knee = best.at_knee.concurrency or best.limits.saturation
+    chunked = bool(p.profile.get("chunked_prefill", 1))
+    budgets = [knobs["max_num_batched_tokens"]] if "max_num_batched_tokens" in knobs else batched_tokens_values(p.default_budget(), p.input_len, chunked)
+    cap, _ = p.running_cap(best.config)
+    seqs = [knobs["max_num_seqs"]] if "max_num_seqs" in knobs else seqs_values(best.at_knee.running, max(cap, 8))
+    levels = concurrency_values(int(knee))
+    why = [
+        f"best predicted: {best.label} at concurrency {knee} "
+        f"({best.at_knee.req_per_s:.2f} req/s, {best.at_knee.output_tok_per_s:.0f} output tok/s"
+        + (", meets the SLOs)" if slo.constraints and best.limits.slo_feasible else ")"),
+    ]
+    if slo.constraints and not best.limits.slo_feasible:
+        why.append("no configuration is predicted to meet every constraint; the suggestion brackets saturation instead")
+    flags = f"--instance {hw.instance.name}" if hw.instance else f"--gpu {hw.gpu.name} --num-gpus {hw.num_gpus}"
+    return render(
+        model=model,
+        hardware_flags=flags,
+        num_gpus=hw.num_gpus,
+        tp_dp=pairs,
+        budgets=budgets,
+        seqs=seqs,
+        concurrency=levels,
+        input_len=int(round(p.input_len)),
+        output_len=int(round(p.output_len)),
+        range_ratio=range_ratio,
+        constraints=str(slo),
+        why=why,
+    )
