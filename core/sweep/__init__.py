@@ -1,1 +1,133 @@
-"""core.sweep"""
+"""The sweep: grammar, search space, strategies, the runner and its event stream.
+
+Public API (UI-free; ``knee sweep``/``knee attach`` and the TUI use exactly this)::
+
+    spec = build_spec(model=..., engine="sim", server_args="max_num_seqs=[4,16]",
+                      client_args="max_concurrency=[1,4];num_prompts=50",
+                      constraints="e2e_latency:p99<60s", instance="ml.g6.12xlarge")
+    store = StudyStore(storage)                 # core.results.store; default .knee/knee.db
+    name = create_study(store, spec)            # or name=..., stores the spec
+    summary = Runner(store, name).run()         # in this process (blocks), or:
+    pid = start_detached(storage, name)         # its own process; survives the caller
+    for ev in store.follow(name): ...           # events: trial_started, server_ready,
+                                                # progress (4 Hz), point_done, trial_failed,
+                                                # trial_done, study_done, study_interrupted
+    store.points(name) / store.trials(name)     # stored results (PointRow / TrialRow)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.errors import BadInput
+from core.spec.study import EngineSpec, SweepSpec
+from core.sweep.grammar import ArgSet, parse_args
+from core.sweep.space import sets_to_json
+
+
+def build_spec(
+    model: str,
+    *,
+    engine: str | EngineSpec = "sim",
+    framework: str | None = "vllm",
+    server_args: str | list[str] | list[ArgSet] | None = None,
+    client_args: str | list[str] | list[ArgSet] | None = None,
+    constraints: str | None = None,
+    **kw: Any,
+) -> SweepSpec:
+    """A validated :class:`SweepSpec` from llm-optimizer-style strings (or parsed sets)."""
+    from core.spec.slo import parse_constraints
+    from core.sweep.space import plan_trials
+
+    if not model:
+        raise BadInput("no model given", "pass --model")
+
+    def sets(v, side):
+        if v is None:
+            return []
+        if isinstance(v, list) and v and isinstance(v[0], ArgSet):
+            return v
+        return parse_args(v, side=side, framework=framework)
+
+    eng = engine if isinstance(engine, EngineSpec) else EngineSpec(kind=engine)
+    parse_constraints(constraints)  # fail early on bad grammar
+    spec = SweepSpec(
+        model=model,
+        engine=eng,
+        framework=framework,
+        server_sets=sets_to_json(sets(server_args, "server")),
+        client_sets=sets_to_json(sets(client_args, "client")),
+        constraints=constraints or "",
+        **kw,
+    )
+    plans = plan_trials(spec)  # validates every combination
+    if not plans:
+        raise BadInput("the search space is empty")
+    return spec
+
+
+def default_study_name(spec: SweepSpec) -> str:
+    short = spec.model.rstrip("/").split("/")[-1]
+    return f"{short}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def create_study(store, spec: SweepSpec, name: str | None = None) -> str:
+    from core.catalog import resolve_hardware
+
+    name = name or default_study_name(spec)
+    info: dict[str, Any] = {"engine": spec.engine.kind, "strategy": spec.strategy}
+    try:
+        if spec.instance or spec.gpu:
+            hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance)
+            info["hardware"] = hw.label
+            info["gpu_type"] = hw.gpu.name
+            info["gpu_count"] = hw.num_gpus
+            if hw.instance and hw.instance.price_per_hour:
+                info["price_per_gpu_hour"] = hw.instance.price_per_hour / hw.instance.num_gpus
+    except BadInput:
+        raise
+    store.create_study(name, spec, spec.model, info=info)
+    return name
+
+
+def start_detached(storage: str, study: str, workspace: str | None = None, log_path: str | os.PathLike | None = None) -> int:
+    """Start the runner as its own process (own session: a closed terminal or TUI does not
+    stop it). Returns its pid; follow it with ``StudyStore.follow(study)``."""
+    argv = [sys.executable, "-m", "core.sweep.runner", "--storage", str(storage), "--study", study]
+    if workspace:
+        argv += ["--workspace", str(workspace)]
+    log = Path(log_path) if log_path else Path(workspace or Path(storage).parent) / "logs" / f"runner-{study}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    with open(log, "ab") as f:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env, close_fds=True)
+    return p.pid
+
+
+def runner_alive(study_row: dict[str, Any]) -> bool:
+    """Whether the study's runner looks alive (pid exists here, heartbeat fresh)."""
+    import socket
+
+    pid = study_row.get("runner_pid")
+    if not pid or study_row.get("status") != "running":
+        return False
+    if study_row.get("runner_host") == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    beat = study_row.get("heartbeat_at") or 0
+    return time.time() - beat < 60
+
+
+__all__ = ["build_spec", "create_study", "start_detached", "runner_alive", "default_study_name"]

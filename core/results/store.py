@@ -1,0 +1,486 @@
+"""The study store: studies, trials, load points, per-request records and the event stream.
+
+One SQLite file per workspace (``.knee/knee.db``, WAL mode, so a TUI reads while a runner
+writes) or any SQLAlchemy URL (PostgreSQL lets several GPU boxes share one store).
+
+Why knee's own tables and not Optuna's RDB storage (the design suggests Optuna; these are the
+concrete reasons it does not fit as the *store*, checked against optuna 5.0.0):
+
+- Optuna requires every trial of a study to use the same distribution for a parameter name,
+  and for categoricals the same choice list. SLA-search probes (concurrencies found by
+  bisection) and imported runs carry values outside any declared space, so they could not be
+  stored as Optuna trials without lying about the space.
+- An Optuna trial is finished once; knee's unit of launch (a server configuration) owns
+  several load points that are stored one by one and resumed individually after a crash.
+- Per-request records (10^3..10^5 per point) and a live event stream do not belong in trial
+  attributes.
+
+Optuna is still what knee uses for model-based search where the estimator cannot help (see
+``core.sweep.strategies``). The tables here are plain SQLAlchemy Core, so any database
+SQLAlchemy supports works, and every write is one short transaction: killing the writer at
+any moment loses at most the point in flight.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import sqlite3
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from core.errors import BadInput
+from core.spec.records import RequestRecord
+from core.spec.study import Event, PointRow, SweepSpec, TrialRow, canonical_json
+
+SCHEMA_VERSION = 1
+DEFAULT_WORKSPACE = ".knee"
+
+_md = sa.MetaData()
+meta_t = sa.Table("knee_meta", _md, sa.Column("key", sa.String(64), primary_key=True), sa.Column("value", sa.Text))
+studies_t = sa.Table(
+    "knee_studies",
+    _md,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("model", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("spec", sa.Text),  # SweepSpec JSON (None for imported studies)
+    sa.Column("status", sa.String(20), nullable=False),  # created|running|done|interrupted|failed|imported
+    sa.Column("source", sa.String(40), nullable=False, default="knee"),
+    sa.Column("runner_pid", sa.Integer),
+    sa.Column("runner_host", sa.String(200)),
+    sa.Column("heartbeat_at", sa.Float),
+    sa.Column("info", sa.Text),  # free JSON: hardware label, notes
+)
+trials_t = sa.Table(
+    "knee_trials",
+    _md,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("trial_id", sa.Integer, primary_key=True),
+    sa.Column("trial_key", sa.Text, nullable=False),
+    sa.Column("server_args", sa.Text, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("cmd", sa.Text),
+    sa.Column("log_path", sa.Text),
+    sa.Column("launches", sa.Integer, default=0),
+    sa.Column("gpus", sa.Text),
+    sa.Column("started_at", sa.Float),
+    sa.Column("ended_at", sa.Float),
+    sa.Column("start_s", sa.Float),
+    sa.Column("predicted", sa.Text),
+    sa.Column("server_pid", sa.Integer),  # pid of the live server (process-group leader)
+    sa.UniqueConstraint("study", "trial_key", name="uq_trial_key"),
+)
+points_t = sa.Table(
+    "knee_points",
+    _md,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("point_id", sa.String(40), primary_key=True),
+    sa.Column("seq", sa.Integer, nullable=False),  # order of storage
+    sa.Column("trial_id", sa.Integer, nullable=False),
+    sa.Column("trial_key", sa.Text, nullable=False),
+    sa.Column("server_args", sa.Text, nullable=False),
+    sa.Column("client_args", sa.Text, nullable=False),
+    sa.Column("status", sa.String(20), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("summary", sa.Text),
+    sa.Column("telemetry", sa.Text),
+    sa.Column("simulated", sa.Boolean, default=False),
+    sa.Column("source", sa.String(40)),
+    sa.Column("search", sa.String(20)),
+    sa.Column("started_at", sa.Float),
+    sa.Column("ended_at", sa.Float),
+    sa.Column("gpu_seconds", sa.Float),
+    sa.Column("cmd", sa.Text),
+    sa.Column("meets_slo", sa.Boolean),
+    sa.Column("violations", sa.Text),
+)
+requests_t = sa.Table(
+    "knee_requests",
+    _md,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("point_id", sa.String(40), primary_key=True),
+    sa.Column("n", sa.Integer),
+    sa.Column("blob", sa.LargeBinary),  # zlib(JSON) of columnar per-request arrays
+)
+events_t = sa.Table(
+    "knee_events",
+    _md,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(200), nullable=False, index=True),
+    sa.Column("time", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(40), nullable=False),
+    sa.Column("data", sa.Text),
+)
+
+
+def default_storage(workspace: str | os.PathLike | None = None) -> str:
+    ws = Path(workspace or os.environ.get("KNEE_WORKSPACE") or DEFAULT_WORKSPACE)
+    return str(ws / "knee.db")
+
+
+def _is_url(s: str) -> bool:
+    return "://" in s
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse a file that is not a healthy SQLite database, before anything writes to it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            ok = con.execute("PRAGMA quick_check(1)").fetchone()
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise BadInput(
+            f"study store {path} is not a readable SQLite database ({e})",
+            "it was left untouched; point --workspace or --storage elsewhere, or move the file aside",
+        ) from None
+    if not ok or ok[0] != "ok":
+        raise BadInput(
+            f"study store {path} is corrupt ({ok[0] if ok else 'no answer'})",
+            "it was left untouched; restore it or point --workspace elsewhere",
+        )
+    if names and "knee_meta" not in names:
+        raise BadInput(f"{path} is a SQLite database but not a knee study store", "point --workspace elsewhere")
+
+
+class StudyStore:
+    """Access to one store. Thread-safe; every method is one short transaction."""
+
+    def __init__(self, storage: str | os.PathLike | None = None, create: bool = True):
+        storage = str(storage) if storage is not None else default_storage()
+        self.path: Path | None = None
+        if _is_url(storage):
+            url = storage
+            if url.startswith("sqlite:///"):
+                self.path = Path(url[len("sqlite:///") :])
+        else:
+            self.path = Path(storage)
+            url = f"sqlite:///{self.path}"
+        if self.path is not None:
+            _check_sqlite_file(self.path)
+            if not self.path.exists():
+                if not create:
+                    raise BadInput(f"no study store at {self.path}", "run knee sweep first, or pass --workspace")
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            # WAL: readers (the TUI, knee attach) never block the runner's writes.
+            con = sqlite3.connect(str(self.path), timeout=30)
+            try:
+                con.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.DatabaseError as e:
+                raise BadInput(f"study store {self.path} cannot be opened ({e})") from None
+            finally:
+                con.close()
+            self.engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+            @sa.event.listens_for(self.engine, "connect")
+            def _pragmas(dbapi_con, _rec):  # noqa: ANN001
+                dbapi_con.execute("PRAGMA synchronous=NORMAL")
+                dbapi_con.execute("PRAGMA busy_timeout=30000")
+        else:
+            try:
+                self.engine = sa.create_engine(url, pool_pre_ping=True)
+            except Exception as e:  # bad URL or missing driver
+                raise BadInput(f"cannot use storage {url!r}: {e}") from None
+        self.url = url
+        try:
+            _md.create_all(self.engine, checkfirst=True)
+            with self.engine.begin() as c:
+                row = c.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).first()
+                if row is None:
+                    c.execute(meta_t.insert().values(key="schema", value=str(SCHEMA_VERSION)))
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise BadInput(f"study store {self.url} was written by a newer knee (schema {row[0]})")
+        except sa.exc.DatabaseError as e:
+            raise BadInput(f"study store {self.url} cannot be used: {e.orig}", "it was left untouched") from None
+
+    # ---- studies --------------------------------------------------------------------------
+    def create_study(self, name: str, spec: SweepSpec | None, model: str, source: str = "knee", info: dict | None = None) -> None:
+        with self.engine.begin() as c:
+            if c.execute(sa.select(studies_t.c.name).where(studies_t.c.name == name)).first():
+                raise BadInput(f"study {name!r} already exists", "pass --resume to continue it, or --study NEW")
+            c.execute(
+                studies_t.insert().values(
+                    name=name,
+                    model=model,
+                    created_at=time.time(),
+                    spec=spec.model_dump_json() if spec else None,
+                    status="created" if spec else "imported",
+                    source=source,
+                    info=json.dumps(info or {}),
+                )
+            )
+
+    def study(self, name: str) -> dict[str, Any] | None:
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(studies_t).where(studies_t.c.name == name)).mappings().first()
+        return self._study_dict(row) if row else None
+
+    @staticmethod
+    def _study_dict(row) -> dict[str, Any]:
+        d = dict(row)
+        d["info"] = json.loads(d["info"] or "{}")
+        return d
+
+    def studies(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(studies_t).order_by(studies_t.c.created_at)).mappings().all()
+        return [self._study_dict(r) for r in rows]
+
+    def latest_study(self) -> str | None:
+        s = self.studies()
+        return s[-1]["name"] if s else None
+
+    def spec(self, name: str) -> SweepSpec:
+        s = self.study(name)
+        if s is None:
+            raise BadInput(f"no study named {name!r} in {self.url}", "see knee results --list")
+        if not s["spec"]:
+            raise BadInput(f"study {name!r} was imported and cannot be run")
+        return SweepSpec.model_validate_json(s["spec"])
+
+    def set_study(self, name: str, **values: Any) -> None:
+        if "info" in values and isinstance(values["info"], dict):
+            values["info"] = json.dumps(values["info"])
+        with self.engine.begin() as c:
+            c.execute(studies_t.update().where(studies_t.c.name == name).values(**values))
+
+    def claim_runner(self, name: str) -> None:
+        self.set_study(name, status="running", runner_pid=os.getpid(), runner_host=socket.gethostname(), heartbeat_at=time.time())
+
+    def heartbeat(self, name: str) -> None:
+        self.set_study(name, heartbeat_at=time.time())
+
+    # ---- trials ---------------------------------------------------------------------------
+    def upsert_trial(self, study: str, trial_key: str, server_args: dict[str, Any], **values: Any) -> int:
+        """The trial id of ``trial_key`` in ``study`` (created when new); updates ``values``."""
+        enc = _encode_trial_values(values)
+        with self.engine.begin() as c:
+            row = c.execute(
+                sa.select(trials_t.c.trial_id).where(trials_t.c.study == study, trials_t.c.trial_key == trial_key)
+            ).first()
+            if row:
+                if enc:
+                    c.execute(trials_t.update().where(trials_t.c.study == study, trials_t.c.trial_id == row[0]).values(**enc))
+                return int(row[0])
+            nxt = c.execute(sa.select(sa.func.coalesce(sa.func.max(trials_t.c.trial_id), -1)).where(trials_t.c.study == study)).scalar()
+            tid = int(nxt) + 1
+            enc.setdefault("status", "pending")
+            c.execute(
+                trials_t.insert().values(
+                    study=study, trial_id=tid, trial_key=trial_key, server_args=canonical_json(server_args), **enc
+                )
+            )
+            return tid
+
+    def update_trial(self, study: str, trial_id: int, **values: Any) -> None:
+        with self.engine.begin() as c:
+            c.execute(
+                trials_t.update()
+                .where(trials_t.c.study == study, trials_t.c.trial_id == trial_id)
+                .values(**_encode_trial_values(values))
+            )
+
+    def trials(self, study: str) -> list[TrialRow]:
+        with self.engine.connect() as c:
+            rows = c.execute(
+                sa.select(trials_t).where(trials_t.c.study == study).order_by(trials_t.c.trial_id)
+            ).mappings().all()
+        out = []
+        for r in rows:
+            d = dict(r)
+            d.pop("server_pid", None)
+            d["server_args"] = json.loads(d["server_args"])
+            d["gpus"] = json.loads(d["gpus"]) if d["gpus"] else None
+            d["predicted"] = json.loads(d["predicted"]) if d["predicted"] else None
+            d["launches"] = d["launches"] or 0
+            out.append(TrialRow(**d))
+        return out
+
+    def server_pids(self, study: str) -> list[tuple[int, int]]:
+        """(trial_id, pid) of servers recorded as live, for cleanup after a killed runner."""
+        with self.engine.connect() as c:
+            rows = c.execute(
+                sa.select(trials_t.c.trial_id, trials_t.c.server_pid).where(
+                    trials_t.c.study == study, trials_t.c.server_pid.is_not(None)
+                )
+            ).all()
+        return [(int(a), int(b)) for a, b in rows]
+
+    # ---- points ---------------------------------------------------------------------------
+    def save_point(self, point: PointRow, records: Sequence[RequestRecord] | None = None, keep_chunks: bool = True) -> None:
+        """Store one finished load point (and its per-request records) in one transaction."""
+        blob = encode_records(records, keep_chunks) if records is not None else None
+        values = dict(
+            trial_id=point.trial_id,
+            trial_key=point.trial_key,
+            server_args=canonical_json(point.server_args),
+            client_args=canonical_json(point.client_args),
+            status=point.status,
+            reason=point.reason,
+            summary=_dumps(point.summary),
+            telemetry=_dumps(point.telemetry),
+            simulated=point.simulated,
+            source=point.source,
+            search=point.search,
+            started_at=point.started_at,
+            ended_at=point.ended_at,
+            gpu_seconds=point.gpu_seconds,
+            cmd=point.cmd,
+            meets_slo=point.meets_slo,
+            violations=json.dumps(point.violations),
+        )
+        with self.engine.begin() as c:
+            c.execute(points_t.delete().where(points_t.c.study == point.study, points_t.c.point_id == point.point_id))
+            c.execute(requests_t.delete().where(requests_t.c.study == point.study, requests_t.c.point_id == point.point_id))
+            seq = c.execute(sa.select(sa.func.coalesce(sa.func.max(points_t.c.seq), -1)).where(points_t.c.study == point.study)).scalar()
+            c.execute(points_t.insert().values(study=point.study, point_id=point.point_id, seq=int(seq) + 1, **values))
+            if blob is not None:
+                c.execute(requests_t.insert().values(study=point.study, point_id=point.point_id, n=len(records), blob=blob))
+
+    def points(self, study: str, status: str | None = None) -> list[PointRow]:
+        q = sa.select(points_t).where(points_t.c.study == study)
+        if status:
+            q = q.where(points_t.c.status == status)
+        with self.engine.connect() as c:
+            rows = c.execute(q.order_by(points_t.c.seq)).mappings().all()
+        out = []
+        for r in rows:
+            d = dict(r)
+            d.pop("seq")
+            for k in ("server_args", "client_args", "summary", "telemetry"):
+                d[k] = json.loads(d[k]) if d[k] else {}
+            d["violations"] = json.loads(d["violations"]) if d["violations"] else []
+            d["gpu_seconds"] = d["gpu_seconds"] or 0.0
+            d["simulated"] = bool(d["simulated"])
+            d["summary"] = {k: (float("nan") if v is None else v) for k, v in d["summary"].items()}
+            out.append(PointRow(**d))
+        return out
+
+    def done_point_ids(self, study: str) -> set[str]:
+        """Points a resume must not run again: measured, or failed for a lasting reason."""
+        with self.engine.connect() as c:
+            rows = c.execute(
+                sa.select(points_t.c.point_id).where(points_t.c.study == study, points_t.c.status.in_(("ok", "failed")))
+            ).all()
+        return {r[0] for r in rows}
+
+    def records(self, study: str, point_id: str) -> list[dict[str, Any]]:
+        """Per-request records of a point, as dicts (times in seconds from the point start)."""
+        with self.engine.connect() as c:
+            row = c.execute(
+                sa.select(requests_t.c.blob).where(requests_t.c.study == study, requests_t.c.point_id == point_id)
+            ).first()
+        return decode_records(row[0]) if row and row[0] else []
+
+    # ---- events ---------------------------------------------------------------------------
+    def emit(self, study: str, kind: str, **data: Any) -> int:
+        with self.engine.begin() as c:
+            res = c.execute(events_t.insert().values(study=study, time=time.time(), kind=kind, data=_dumps(data)))
+            return int(res.inserted_primary_key[0])
+
+    def events(self, study: str, after: int = 0, limit: int = 10_000, kinds: Sequence[str] | None = None) -> list[Event]:
+        q = sa.select(events_t).where(events_t.c.study == study, events_t.c.seq > after)
+        if kinds:
+            q = q.where(events_t.c.kind.in_(list(kinds)))
+        with self.engine.connect() as c:
+            rows = c.execute(q.order_by(events_t.c.seq).limit(limit)).mappings().all()
+        return [Event(seq=r["seq"], study=r["study"], time=r["time"], kind=r["kind"], data=json.loads(r["data"] or "{}")) for r in rows]
+
+    def follow(self, study: str, after: int = 0, poll_s: float = 0.1, stop_when_done: bool = True) -> Iterator[Event]:
+        """Yield events as they are appended (tail -f on the study). Ends after a
+        ``study_done``/``study_interrupted`` event when ``stop_when_done``."""
+        while True:
+            batch = self.events(study, after=after)
+            for ev in batch:
+                after = ev.seq
+                yield ev
+                if stop_when_done and ev.kind in ("study_done", "study_interrupted"):
+                    return
+            if not batch:
+                time.sleep(poll_s)
+
+    def last_event_seq(self, study: str) -> int:
+        with self.engine.connect() as c:
+            return int(c.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.seq), 0)).where(events_t.c.study == study)).scalar())
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _encode_trial_values(values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    for k in ("gpus", "predicted"):
+        if k in out and out[k] is not None and not isinstance(out[k], str):
+            out[k] = _dumps(out[k])
+    return out
+
+
+def _clean(o: Any) -> Any:
+    if isinstance(o, float) and (o != o or o in (float("inf"), float("-inf"))):
+        return None  # JSON has no NaN/inf; read back as NaN (summaries) or null
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, np.generic):
+        return _clean(o.item())
+    return o
+
+
+def _dumps(o: Any) -> str:
+    return json.dumps(_clean(o), default=str, allow_nan=False)
+
+
+# ---- per-request records: columnar, compressed --------------------------------------------
+def encode_records(records: Sequence[RequestRecord], keep_chunks: bool = True) -> bytes:
+    cols: dict[str, list] = {k: [] for k in ("index", "send", "sched", "isl", "osl", "ttft", "e2e", "end", "error", "status", "osl_usage")}
+    chunks: list[str] = []
+    for r in records:
+        cols["index"].append(r.index)
+        cols["send"].append(r.send_time)
+        cols["sched"].append(r.scheduled_time)
+        cols["isl"].append(r.input_tokens)
+        cols["osl"].append(r.output_tokens)
+        # chunk_times may be a list or a numpy array (the simulator's); never test its truth.
+        n_chunks = len(r.chunk_times)
+        cols["ttft"].append(float(r.chunk_times[0]) - r.send_time if n_chunks else None)
+        cols["e2e"].append(None if r.end_time is None else r.end_time - r.send_time)
+        cols["end"].append(r.end_time)
+        cols["error"].append(r.error)
+        cols["status"].append(getattr(r, "status", None))
+        cols["osl_usage"].append(getattr(r, "output_tokens_usage", None))
+        if keep_chunks:
+            # Offsets from send in float32 seconds (µs resolution over hours), base64: raw
+            # t_chunk lists stay recomputable (metrics.md) at ~4 bytes a chunk.
+            ct = np.asarray(r.chunk_times, dtype=np.float64) - r.send_time
+            chunks.append(base64.b64encode(ct.astype(np.float32).tobytes()).decode())
+    if keep_chunks:
+        cols["chunk_offsets_f32"] = chunks
+    return zlib.compress(_dumps(cols).encode(), 6)
+
+
+def decode_records(blob: bytes) -> list[dict[str, Any]]:
+    cols = json.loads(zlib.decompress(blob))
+    n = len(cols["index"])
+    out = []
+    chunks = cols.get("chunk_offsets_f32")
+    for i in range(n):
+        d = {k: cols[k][i] for k in cols if k != "chunk_offsets_f32"}
+        if chunks is not None:
+            d["chunk_offsets"] = np.frombuffer(base64.b64decode(chunks[i]), dtype=np.float32).astype(float).tolist()
+        out.append(d)
+    return out

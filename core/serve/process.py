@@ -1,0 +1,251 @@
+"""A server subprocess: launch, readiness, crash detection, logs and teardown.
+
+What llm-optimizer gets wrong and this fixes (``llm-optimizer-compat.md`` section 10):
+readiness polls ``/health`` *and* the process several times a second, so a crash is
+reported within a second with the last log lines as the reason, not after a fixed 300 s;
+the server runs in its own process group and teardown signals the whole group (SIGTERM, then
+SIGKILL), so no engine worker is orphaned; on Linux the server also gets SIGTERM from the
+kernel if the runner dies without cleaning up (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from core.errors import BadInput
+
+# Failure kinds (stored as the prefix of a reason: "oom: ...").
+OOM = "oom"
+CRASHED_AT_START = "crashed_at_start"
+START_TIMEOUT = "start_timeout"
+CRASHED = "crashed"
+BAD_ARGS = "bad_args"
+
+_OOM_PATTERNS = (
+    "out of memory",
+    "outofmemoryerror",
+    "cuda error: out of memory",
+    "no available memory for the cache blocks",
+    "insufficient memory",
+    "not enough memory",
+    "kv cache is needed, which is larger than the available kv cache memory",
+    "larger than the available kv cache memory",
+    "cannot allocate memory",
+)
+_BAD_ARG_PATTERNS = ("unrecognized arguments", "error: argument", "invalid choice", "usage:")
+
+
+class ServerFailed(Exception):
+    """The server did not come up or died; ``kind`` is one of the failure kinds above."""
+
+    def __init__(self, kind: str, detail: str):
+        self.kind = kind
+        self.detail = detail
+        super().__init__(f"{kind}: {detail}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise BadInput(f"port {port} on {host} is in use", "pick another --port or leave it out for a free one") from None
+
+
+def classify(log_tail: str, default: str) -> str:
+    low = log_tail.lower()
+    if any(p in low for p in _OOM_PATTERNS):
+        return OOM
+    if default == CRASHED_AT_START and any(p in low for p in _BAD_ARG_PATTERNS):
+        return BAD_ARGS
+    return default
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+_LIVE: set["ServerProcess"] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def stop_all() -> None:
+    """Tear down every server this process started (signal handlers and atexit call this)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for s in live:
+        s.stop()
+
+
+atexit.register(stop_all)
+
+
+class ServerProcess:
+    """One launched server. ``argv`` is a list (never a re-split string), so argument values
+    may contain spaces. ``secrets`` are scrubbed from the log file at teardown."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: str | Path, secrets: tuple[str, ...] = (), stop_timeout_s: float = 15.0):
+        self.argv = argv
+        self.env = env
+        self.log_path = Path(log_path)
+        self.secrets = tuple(s for s in secrets if s)
+        self.stop_timeout_s = stop_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.pgid: int | None = None
+        self._log = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab", buffering=0)
+        env = dict(os.environ)
+        env.update(self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            self.proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # own process group: teardown reaches every worker
+                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
+                close_fds=True,
+            )
+        except (FileNotFoundError, PermissionError) as e:
+            self._log.write(f"knee: cannot start {self.argv[0]!r}: {e}\n".encode())
+            self._log.close()
+            raise ServerFailed(CRASHED_AT_START, f"cannot start {self.argv[0]!r}: {e.strerror or e}") from None
+        self.pgid = self.proc.pid
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def exit_code(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def tail(self, n: int = 15, max_chars: int = 2000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 64_000))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        for s in self.secrets:
+            text = text.replace(s, "***")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return "\n".join(lines[-n:])[-max_chars:]
+
+    def wait_ready(self, url: str, timeout_s: float, poll_s: float = 0.25, cancel: threading.Event | None = None) -> float:
+        """Poll ``url`` until HTTP 200, watching the process. Returns seconds taken."""
+        t0 = time.monotonic()
+        with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
+            while True:
+                code = self.exit_code()
+                if code is not None:
+                    tail = self.tail()
+                    raise ServerFailed(classify(tail, CRASHED_AT_START), f"server exited with code {code} before it was ready\n{tail}")
+                try:
+                    if client.get(url).status_code == 200:
+                        return time.monotonic() - t0
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() - t0 > timeout_s:
+                    raise ServerFailed(START_TIMEOUT, f"not ready after {timeout_s:g} s (GET {url})\n{self.tail()}")
+                if cancel is not None and cancel.wait(poll_s):
+                    raise KeyboardInterrupt
+                elif cancel is None:
+                    time.sleep(poll_s)
+
+    def stop(self) -> None:
+        """SIGTERM to the whole group, SIGKILL after ``stop_timeout_s``; idempotent."""
+        if self.proc is None:
+            return
+        pgid = self.pgid
+        try:
+            if self.proc.poll() is None:
+                _killpg(pgid, signal.SIGTERM)
+                try:
+                    self.proc.wait(self.stop_timeout_s)
+                except subprocess.TimeoutExpired:
+                    _killpg(pgid, signal.SIGKILL)
+                    self.proc.wait(10)
+            # The leader is gone; workers it left in the group get SIGKILL.
+            _killpg(pgid, signal.SIGKILL)
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            if self._log and not self._log.closed:
+                self._log.close()
+            self._scrub_log()
+
+    def _scrub_log(self) -> None:
+        if not self.secrets or not self.log_path.exists():
+            return
+        try:
+            data = self.log_path.read_bytes()
+            clean = data
+            for s in self.secrets:
+                clean = clean.replace(s.encode(), b"***")
+            if clean != data:
+                self.log_path.write_bytes(clean)
+        except OSError:
+            pass
+
+
+def _killpg(pgid: int | None, sig: int) -> None:
+    if pgid is None:
+        return
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_stale_group(pid: int, tag: str) -> bool:
+    """Kill a server group left by a runner that was killed (SIGKILL gives it no chance to
+    clean up). The process must carry ``KNEE_SERVER_TAG=tag`` in its environment, so a
+    recycled pid is never hit."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    if f"KNEE_SERVER_TAG={tag}".encode() not in environ:
+        return False
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+    except ProcessLookupError:
+        return False
+    _killpg(pid, signal.SIGTERM)
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.1)
+    _killpg(pid, signal.SIGKILL)
+    return True

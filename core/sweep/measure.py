@@ -1,0 +1,139 @@
+"""Measuring one load point: the pluggable step between a server and a stored summary.
+
+- :class:`HttpMeasurer` drives a real server with the load client (``core.load``).
+- :class:`SimMeasurer` calls the simulator directly in virtual time (no HTTP, no sleeping),
+  which is why a 27-point sweep on the ``sim`` engine finishes in seconds.
+
+Both return a :class:`Measurement`; the runner summarizes, checks the SLOs and stores it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from core.spec.records import RequestRecord
+from core.spec.serving import LoadPoint, ServerConfig
+from core.spec.workload import Workload
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Measurement:
+    records: list[RequestRecord]
+    duration_s: float
+    simulated: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PointContext:
+    """What a measurer gets for one point."""
+
+    model: str
+    config: ServerConfig
+    workload: Workload
+    load: LoadPoint
+    base_url: str | None = None
+    api_key: str | None = None
+    api: str = "completions"
+    request_timeout_s: float = 600.0
+    tokenizer: str | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    should_stop: Callable[[list[RequestRecord], float], bool] | None = None  # early end
+
+
+class Measurer(Protocol):
+    simulated: bool
+
+    def measure(self, ctx: PointContext, on_progress: ProgressFn) -> Measurement: ...
+
+
+class SimMeasurer:
+    """The ``sim`` engine: ``core.simulate.simulate`` on the plan's hardware."""
+
+    simulated = True
+
+    def __init__(self, arch, hardware):
+        self.arch = arch
+        self.hardware = hardware
+
+    def check(self, config: ServerConfig) -> None:
+        """What a launch would find: raises ``ServerFailed`` where vLLM would not start."""
+        from core.serve.process import OOM, ServerFailed
+        from core.simulate.sim import InfeasibleConfig, check_config
+
+        if config.num_gpus > self.hardware.num_gpus:
+            raise ServerFailed("infeasible", f"needs {config.num_gpus} GPUs (TP{config.tp} x DP{config.dp}), {self.hardware.label} has {self.hardware.num_gpus}")
+        try:
+            check_config(self.arch, self.hardware, config)
+        except InfeasibleConfig as e:
+            raise ServerFailed(OOM if "memory" in e.kind else "infeasible", e.reason) from None
+
+    def measure(self, ctx: PointContext, on_progress: ProgressFn) -> Measurement:
+        from core.simulate.sim import simulate
+
+        res = simulate(self.arch, self.hardware, ctx.config, ctx.workload, ctx.load, seed=ctx.workload.seed)
+        records = list(res.records)
+        duration = float(res.duration_s)
+        ok = sum(1 for r in records if r.ok)
+        on_progress({"completed": ok, "failed": len(records) - ok, "running": 0, "total": len(records), "elapsed_s": duration})
+        extra = {"sim_preemptions": getattr(res, "preemptions", None), "sim_peak_kv_usage": getattr(res, "peak_kv_usage", None), "sim_busy_fraction": getattr(res, "busy_fraction", None)}
+        return Measurement(records=records, duration_s=duration, simulated=True, extra={k: v for k, v in extra.items() if v is not None})
+
+
+class HttpMeasurer:
+    """Real servers: the load client of ``core.load`` over HTTP on 127.0.0.1."""
+
+    simulated = False
+
+    def __init__(self, tokenizer: str | None = None):
+        self.tokenizer_ref = tokenizer
+        self._tok = None
+        self._prompts: dict[str, list] = {}
+
+    def _tokenizer(self, model: str):
+        if self._tok is None:
+            from core.load.datasets import load_tokenizer
+
+            self._tok = load_tokenizer(self.tokenizer_ref or model)
+        return self._tok
+
+    def measure(self, ctx: PointContext, on_progress: ProgressFn) -> Measurement:
+        from core.load.datasets import make_prompts
+        from core.load.openai import OpenAITarget
+        from core.load.runner import run_load_sync
+
+        tok = self._tokenizer(ctx.tokenizer or ctx.model)
+        key = ctx.workload.model_dump_json()
+        if key not in self._prompts:
+            self._prompts[key] = make_prompts(ctx.workload, tok)
+        target = OpenAITarget(ctx.base_url, ctx.model, api=ctx.api, api_key=ctx.api_key, timeout_s=ctx.request_timeout_s)
+
+        def progress(p) -> None:
+            on_progress({
+                "running": p.running, "completed": p.completed, "failed": p.failed, "total": p.total,
+                "client_elapsed_s": p.elapsed_s, "output_tokens": p.output_tokens,
+                "output_tokens_per_s": p.output_tokens_per_s, "warmup": p.warmup,
+            })
+
+        res = run_load_sync(target, self._prompts[key], ctx.load, warmup=ctx.workload.warmup, on_progress=progress, tokenizer=tok if tok.exact else None, seed=ctx.workload.seed)
+        extra: dict[str, Any] = {}
+        try:
+            h = res.health.as_dict()
+            extra = {f"client_{k}": v for k, v in h.items() if isinstance(v, (int, float))}
+            if h.get("warning"):
+                extra["client_warning"] = h["warning"]
+        except Exception:
+            pass
+        if res.notes:
+            extra["notes"] = "; ".join(res.notes)
+        return Measurement(records=list(res.records), duration_s=float(res.duration_s), simulated=False, extra=extra)
+
+
+def _span(records: list[RequestRecord]) -> float:
+    ends = [r.end_time for r in records if r.end_time is not None]
+    starts = [r.send_time for r in records]
+    return (max(ends) - min(starts)) if ends and starts else 0.0

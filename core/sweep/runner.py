@@ -1,0 +1,532 @@
+"""The sweep runner: launches servers, measures load points, stores every result at once.
+
+The runner is its own process (``python -m core.sweep.runner --storage URL --study NAME``,
+or in-process for the headless ``knee sweep``). Everything a viewer needs is in the study
+store: trials, points, per-request records, and an append-only event stream that the TUI and
+``knee attach`` follow (:meth:`StudyStore.follow`). Closing a viewer never touches the runner.
+
+Guarantees:
+- a load point is stored (summary, telemetry, per-request records) the moment it finishes,
+  in one transaction; killing the runner loses at most the point in flight;
+- the server restarts only when server args change;
+- a server that fails to start, dies mid-point, or makes too many requests fail ends as a
+  stored failed trial/point with its reason, and the sweep goes on with the next trial;
+- on SIGINT, SIGTERM and SIGHUP the running server's whole process group is torn down, the
+  study is marked interrupted, and ``--resume`` runs only what is missing;
+- a runner killed with SIGKILL leaves its server pid in the store; the next run kills that
+  process group (checked against its command line) before starting.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from core.errors import BadInput, RunFailed
+from core.results.store import StudyStore
+from core.serve import process as proc_mod
+from core.serve.engines import Server, launch
+from core.serve.process import CRASHED, ServerFailed
+from core.serve.telemetry import TelemetrySampler
+from core.spec.slo import parse_constraints
+from core.spec.study import PointRow, SweepSpec
+from core.sweep.measure import HttpMeasurer, Measurement, PointContext, SimMeasurer
+from core.sweep.space import PointPlan, TrialPlan
+from core.sweep.strategies import Strategy, make_strategy
+
+TOO_MANY_ERRORS = "too_many_errors"
+INTERRUPTED = "interrupted"
+INFEASIBLE = "infeasible"
+PROGRESS_HZ = 4.0
+
+
+class _Interrupted(Exception):
+    pass
+
+
+@dataclass
+class RunSummary:
+    study: str
+    points_run: int = 0
+    points_failed: int = 0
+    points_resumed: int = 0
+    launches: int = 0
+    trials_failed: int = 0
+    trials_skipped: int = 0
+    gpu_seconds: float = 0.0
+    wall_s: float = 0.0
+    interrupted: bool = False
+    sla: dict[str, Any] = field(default_factory=dict)
+
+
+def _hardware(spec: SweepSpec):
+    from core.catalog import resolve_hardware
+
+    if spec.instance or spec.gpu:
+        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance)
+    return None
+
+
+def _arch(spec: SweepSpec):
+    from core.catalog import load_model
+
+    return load_model(spec.model)
+
+
+def default_measurer(spec: SweepSpec):
+    if spec.engine.kind == "sim":
+        hw = _hardware(spec)
+        if hw is None:
+            raise BadInput("the sim engine needs hardware", "pass --instance ml.g6.12xlarge or --gpu L4 --num-gpus 4")
+        return SimMeasurer(_arch(spec), hw)
+    return HttpMeasurer()
+
+
+def default_predictor(spec: SweepSpec):
+    """The estimator-backed predictor, or None where the model or hardware is unknown."""
+    from core.sweep.predict import Predictor
+
+    try:
+        hw = _hardware(spec)
+        if hw is None:
+            return None
+        return Predictor(_arch(spec), hw)
+    except Exception:
+        return None
+
+
+class Runner:
+    def __init__(
+        self,
+        store: StudyStore,
+        study: str,
+        measurer=None,
+        predictor: Any = "auto",
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        workspace: str | os.PathLike | None = None,
+        install_signals: bool = True,
+    ):
+        self.store = store
+        self.study = study
+        self.spec = store.spec(study)
+        self.slo = parse_constraints(self.spec.constraints)
+        self.measurer = measurer if measurer is not None else default_measurer(self.spec)
+        if predictor == "auto":
+            predictor = default_predictor(self.spec) if self.spec.strategy in ("adaptive", "sla") else None
+        self.predictor = predictor
+        self.on_event = on_event
+        base = Path(workspace) if workspace else (store.path.parent if store.path else Path(".knee"))
+        self.log_dir = base / "logs" / _safe(study)
+        self.install_signals = install_signals
+        self.cancel = threading.Event()
+        self.summary = RunSummary(study)
+        self._server: Server | None = None
+        self._last_beat = 0.0
+        self._last_progress = 0.0
+        self._interrupt_signal: int | None = None
+        self.price_per_gpu_hour = None
+        self._available_gpus: list[int] | None = None
+
+    # ---- events -----------------------------------------------------------------------------
+    def emit(self, kind: str, **data: Any) -> None:
+        self.store.emit(self.study, kind, **data)
+        now = time.time()
+        if now - self._last_beat > 2.0:
+            self.store.heartbeat(self.study)
+            self._last_beat = now
+        if self.on_event is not None:
+            try:
+                self.on_event(kind, data)
+            except Exception:
+                pass  # a display must never break a sweep
+
+    # ---- signals ----------------------------------------------------------------------------
+    def _handler(self, signum, frame):  # noqa: ANN001
+        self._interrupt_signal = signum
+        self.cancel.set()
+        raise _Interrupted(signal.Signals(signum).name)
+
+    def _install(self):
+        if not self.install_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        old = {}
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[s] = signal.signal(s, self._handler)
+        return old
+
+    # ---- the run ----------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        t0 = time.monotonic()
+        old = self._install()
+        try:
+            self._cleanup_stale()
+            self.store.claim_runner(self.study)
+            strategy = make_strategy(self.spec, self.predictor)
+            done = {p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")}
+            self.emit(
+                "study_started",
+                model=self.spec.model,
+                engine=self.spec.engine.kind,
+                strategy=self.spec.strategy,
+                planned_trials=len(strategy.plans),
+                planned_points=sum(len(t.points) for t in strategy.plans),
+                resumed_points=len(done),
+                simulated=self.spec.engine.kind == "sim",
+            )
+            for t, reason in list(strategy.skipped):
+                self._store_skipped(t, reason)
+            n_skipped_seen = len(strategy.skipped)
+            while True:
+                trial = strategy.next_trial()
+                for t, reason in strategy.skipped[n_skipped_seen:]:
+                    self._store_skipped(t, reason)
+                n_skipped_seen = len(strategy.skipped)
+                if trial is None:
+                    break
+                self._run_trial(strategy, trial, done)
+            self.store.set_study(self.study, status="done", runner_pid=None)
+            self.summary.wall_s = time.monotonic() - t0
+            if hasattr(strategy, "sla_result"):
+                self.summary.sla = {t.trial_key: strategy.sla_result(t) for t in strategy.plans}
+            self.summary.trials_skipped = len(strategy.skipped)
+            self.emit("study_done", **_summary_dict(self.summary))
+            return self.summary
+        except (_Interrupted, KeyboardInterrupt):
+            self.cancel.set()
+            self._stop_server()
+            self.summary.interrupted = True
+            self.summary.wall_s = time.monotonic() - t0
+            self.store.set_study(self.study, status="interrupted", runner_pid=None)
+            name = signal.Signals(self._interrupt_signal).name if self._interrupt_signal else "SIGINT"
+            self.emit("study_interrupted", signal=name, **_summary_dict(self.summary))
+            return self.summary
+        finally:
+            self._stop_server()
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _cleanup_stale(self) -> None:
+        """Servers a killed runner left behind, and trials it left 'running'."""
+        for trial_id, pid in self.store.server_pids(self.study):
+            proc_mod.kill_stale_group(pid, tag=self._tag(trial_id))
+            self.store.update_trial(self.study, trial_id, server_pid=None)
+        for t in self.store.trials(self.study):
+            if t.status == "running":
+                self.store.update_trial(self.study, t.trial_id, status="interrupted", reason="interrupted: the runner stopped")
+
+    def _tag(self, tid: int) -> str:
+        """Put in the server's environment; identifies its group after a runner crash."""
+        return f"{self.study}/{tid}"
+
+    def _store_skipped(self, t: TrialPlan, reason: str) -> None:
+        tid = self.store.upsert_trial(self.study, t.trial_key, t.server_args, status="skipped", reason=reason, predicted=t.predicted)
+        self.emit("point_skipped", trial_id=tid, server_args=t.server_args, reason=reason, points=len(t.points))
+
+    def _gpus_for(self, trial: TrialPlan) -> list[int] | None:
+        if self.spec.engine.kind in ("sim", "external"):
+            return None
+        if self._available_gpus is None:
+            from core.serve.engines import detect_gpus
+
+            self._available_gpus = self.spec.engine.gpus if self.spec.engine.gpus is not None else detect_gpus()
+        if not self._available_gpus:
+            return None  # no NVIDIA GPUs (CPU vLLM): nothing to pin
+        need = trial.config.num_gpus * int(trial.server_args.get("pipeline_parallel_size", 1) or 1)
+        if need > len(self._available_gpus):
+            raise ServerFailed(INFEASIBLE, f"needs {need} GPUs, {len(self._available_gpus)} available ({self._available_gpus})")
+        return self._available_gpus[:need]
+
+    def _run_trial(self, strategy: Strategy, trial: TrialPlan, done: dict[str, PointRow]) -> None:
+        tid = self.store.upsert_trial(self.study, trial.trial_key, trial.server_args, predicted=trial.predicted)
+        # Replay stored points first (resume): the strategy sees them and moves on.
+        while True:
+            point = strategy.next_point(trial)
+            if point is None:
+                self._finish_trial(tid, trial, launched=False)
+                return
+            if point.point_id in done:
+                strategy.observe(trial, point, done[point.point_id])
+                self.summary.points_resumed += 1
+                continue
+            break
+        kind = self.spec.engine.kind
+        server: Server | None = None
+        started = time.time()
+        try:
+            self.store.update_trial(self.study, tid, status="running", started_at=started, reason=None)
+            gpus = self._gpus_for(trial)
+            log_path = self.log_dir / f"trial-{tid:03d}" / "server.log" if kind != "sim" else None
+            if log_path is not None:
+                log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.emit("trial_started", trial_id=tid, server_args=trial.server_args, engine=kind, log_path=str(log_path) if log_path else None, gpus=gpus)
+            if kind == "sim":
+                if hasattr(self.measurer, "check"):
+                    self.measurer.check(trial.config)  # where vLLM would refuse to start
+                start_s = self.spec.engine.sim_launch_s
+                server = None
+                cmd = f"sim {self.spec.model}"
+            else:
+                t_launch = time.monotonic()
+                server = launch(self.spec.engine, self.spec.framework, self.spec.model, trial.server_args, log_path, gpus=gpus, cancel=self.cancel, tag=self._tag(tid))
+                self._server = server
+                start_s = time.monotonic() - t_launch
+                cmd = server.cmd
+                self.store.update_trial(self.study, tid, server_pid=server.pid)
+            launches = (self._trial_launches(tid) or 0) + 1
+            self.summary.launches += 1
+            self.summary.gpu_seconds += start_s * trial.config.num_gpus
+            self.store.update_trial(self.study, tid, cmd=cmd, log_path=str(log_path) if log_path else None, launches=launches, start_s=start_s, gpus=gpus)
+            self.emit("server_ready", trial_id=tid, start_s=start_s, base_url=server.base_url if server else None, pid=server.pid if server else None, simulated=kind == "sim")
+        except ServerFailed as e:
+            self._fail_trial(strategy, trial, tid, e.kind, e.detail, started)
+            self._stop_server()
+            return
+        try:
+            while point is not None:
+                if point.point_id in done:
+                    strategy.observe(trial, point, done[point.point_id])
+                    self.summary.points_resumed += 1
+                else:
+                    row = self._measure(trial, tid, point, server, cmd)
+                    strategy.observe(trial, point, row)
+                    if row.status == "failed" and row.reason and row.reason.startswith(CRASHED):
+                        self._fail_trial(strategy, trial, tid, CRASHED, row.reason.split(": ", 1)[-1], started, stored_point=point.point_id)
+                        return
+                point = strategy.next_point(trial)
+        finally:
+            self._stop_server()
+        self._finish_trial(tid, trial, launched=True, started=started)
+
+    def _trial_launches(self, tid: int) -> int:
+        for t in self.store.trials(self.study):
+            if t.trial_id == tid:
+                return t.launches
+        return 0
+
+    def _finish_trial(self, tid: int, trial: TrialPlan, launched: bool, started: float | None = None) -> None:
+        pts = [p for p in self.store.points(self.study) if p.trial_id == tid]
+        status = "ok" if any(p.status == "ok" for p in pts) or not pts else "failed"
+        reason = None if status == "ok" else next((p.reason for p in pts if p.reason), None)
+        self.store.update_trial(self.study, tid, status=status, reason=reason, ended_at=time.time() if launched else None, server_pid=None)
+        if launched:
+            self.emit("trial_done", trial_id=tid, status=status, points=len(pts))
+
+    def _fail_trial(self, strategy: Strategy, trial: TrialPlan, tid: int, kind: str, detail: str, started: float, stored_point: str | None = None) -> None:
+        reason = f"{kind}: {detail}"
+        self.summary.trials_failed += 1
+        self.store.update_trial(self.study, tid, status="failed", reason=reason, ended_at=time.time(), server_pid=None)
+        # Every point the trial still owed is stored as failed with the same reason
+        # (llm-optimizer drops them silently), so a resume does not retry a broken config.
+        for p in strategy.points_left(trial):
+            if p.point_id == stored_point:
+                continue
+            row = self._row(trial, tid, p, status="failed", reason=reason)
+            self.store.save_point(row)
+            strategy.observe(trial, p, row)
+            self.summary.points_failed += 1
+        strategy.trial_failed(trial)
+        self.emit("trial_failed", trial_id=tid, kind=kind, reason=reason, server_args=trial.server_args)
+
+    def _row(self, trial: TrialPlan, tid: int, p: PointPlan, **kw: Any) -> PointRow:
+        return PointRow(
+            study=self.study,
+            point_id=p.point_id,
+            trial_id=tid,
+            trial_key=trial.trial_key,
+            server_args=trial.server_args,
+            client_args=p.client_args,
+            search=p.search,
+            **{"simulated": self.spec.engine.kind == "sim", **kw},
+        )
+
+    def _stop_server(self) -> None:
+        s, self._server = self._server, None
+        if s is not None:
+            s.stop()
+
+    # ---- one load point ---------------------------------------------------------------------
+    def _measure(self, trial: TrialPlan, tid: int, point: PointPlan, server: Server | None, cmd: str) -> PointRow:
+        from core.load.metrics import summarize
+
+        ctx = PointContext(
+            model=self.spec.model,
+            config=trial.config,
+            workload=point.workload,
+            load=point.load,
+            base_url=server.base_url if server else None,
+            api_key=server.api_key if server else None,
+            api=self.spec.engine.api,
+            request_timeout_s=self.spec.engine.request_timeout_s,
+            cancel=self.cancel,
+        )
+        latest: dict[str, Any] = {}
+        label = {"trial_id": tid, "point_id": point.point_id, "load": point.load.label, "client_args": point.client_args}
+        self.emit("progress", phase="start", total=point.workload.num_prompts, **label)
+        self._last_progress = time.monotonic()
+
+        def on_progress(d: dict[str, Any]) -> None:
+            latest.update(d)
+
+        started = time.time()
+        t0 = time.monotonic()
+        box: dict[str, Any] = {}
+
+        def work():
+            try:
+                box["m"] = self.measurer.measure(ctx, on_progress)
+            except BaseException as e:  # noqa: BLE001 - reported through the box
+                box["e"] = e
+
+        telemetry = TelemetrySampler(server.base_url if server and server.process else None, gpus=None, api_key=server.api_key if server else None) if server else None
+        th = threading.Thread(target=work, name="knee-measure", daemon=True)
+        died: int | None = None
+        if telemetry:
+            telemetry.__enter__()
+        try:
+            th.start()
+            # Supervise: progress at PROGRESS_HZ, and a server death noticed within 0.25 s.
+            while th.is_alive():
+                th.join(1.0 / PROGRESS_HZ)
+                if server is not None and server.process is not None and died is None:
+                    code = server.process.exit_code()
+                    if code is not None:
+                        died = code
+                        ctx.cancel.set()  # the load client stops sending
+                        th.join(min(10.0, self.spec.engine.request_timeout_s))
+                        break
+                now = time.monotonic()
+                if now - self._last_progress >= 1.0 / PROGRESS_HZ:
+                    self._last_progress = now
+                    srv = telemetry.latest if telemetry else {}
+                    data = {**latest, **label, "phase": "run", "elapsed_s": now - t0}
+                    data.update(server_running=srv.get("running"), server_waiting=srv.get("waiting"), kv_cache_usage=srv.get("kv_cache_usage"))
+                    self.emit("progress", **data)
+        finally:
+            if telemetry:
+                telemetry.__exit__(None, None, None)
+        wall = time.monotonic() - t0
+        if died is not None:
+            tail = server.process.tail() if server and server.process else ""
+            # The cancel was for this point only; the study goes on.
+            if not self._interrupt_signal:
+                self.cancel.clear()
+            row = self._row(trial, tid, point, status="failed", reason=f"{CRASHED}: server exited with code {died} during the load point\n{tail}", started_at=started, ended_at=time.time(), gpu_seconds=wall * trial.config.num_gpus, cmd=cmd, telemetry=telemetry.summary() if telemetry else {})
+            self.store.save_point(row)
+            self.summary.points_failed += 1
+            self.emit("point_done", status="failed", reason=row.reason, **label)
+            return row
+        if "e" in box:
+            e = box["e"]
+            if isinstance(e, (KeyboardInterrupt, _Interrupted)):
+                raise _Interrupted("SIGINT")
+            if isinstance(e, (BadInput,)):
+                raise e
+            row = self._row(trial, tid, point, status="failed", reason=f"error: {type(e).__name__}: {e}", started_at=started, ended_at=time.time(), cmd=cmd)
+            self.store.save_point(row)
+            self.summary.points_failed += 1
+            self.emit("point_done", status="failed", reason=row.reason, **label)
+            return row
+        m: Measurement = box["m"]
+        if self.cancel.is_set() and self._interrupt_signal:
+            raise _Interrupted("signal")
+        summary = summarize(m.records, m.duration_s, slo=self.slo)
+        summary.update({k: v for k, v in m.extra.items() if isinstance(v, (int, float, bool, str))})
+        n = len(m.records)
+        failed = sum(1 for r in m.records if not r.ok)
+        status, reason = "ok", None
+        if n == 0 or failed / max(n, 1) > self.spec.max_error_fraction:
+            first = next((r.error for r in m.records if r.error), None)
+            status, reason = "failed", f"{TOO_MANY_ERRORS}: {failed} of {n} requests failed" + (f" (first: {first})" if first else "")
+        meets = self.slo.holds(summary) if status == "ok" else False
+        duration = m.duration_s if m.simulated else wall
+        row = self._row(
+            trial, tid, point,
+            status=status, reason=reason, summary=summary,
+            telemetry=telemetry.summary() if telemetry else {},
+            simulated=m.simulated, started_at=started, ended_at=time.time(),
+            gpu_seconds=duration * trial.config.num_gpus, cmd=cmd,
+            meets_slo=meets, violations=self.slo.violations(summary) if status == "ok" else [],
+        )
+        self.store.save_point(row, m.records, keep_chunks=not m.simulated)
+        self.summary.points_run += 1
+        self.summary.points_failed += status == "failed"
+        self.summary.gpu_seconds += row.gpu_seconds
+        self.emit(
+            "point_done",
+            status=status,
+            reason=reason,
+            meets_slo=meets,
+            violations=row.violations,
+            simulated=m.simulated,
+            output_throughput=_f(summary.get("output_throughput")),
+            request_throughput=_f(summary.get("request_throughput")),
+            p99_e2el_ms=_f(summary.get("p99_e2el_ms")),
+            mean_ttft_ms=_f(summary.get("mean_ttft_ms")),
+            completed=summary.get("completed"),
+            failed=summary.get("failed"),
+            duration_s=duration,
+            **label,
+        )
+        return row
+
+
+def _f(v: Any) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def _summary_dict(s: RunSummary) -> dict[str, Any]:
+    return {
+        "points_run": s.points_run,
+        "points_failed": s.points_failed,
+        "points_resumed": s.points_resumed,
+        "launches": s.launches,
+        "trials_failed": s.trials_failed,
+        "trials_skipped": s.trials_skipped,
+        "gpu_seconds": s.gpu_seconds,
+        "wall_s": s.wall_s,
+    }
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def run_study(storage: str, study: str, **kw: Any) -> RunSummary:
+    """Run (or resume) ``study`` in this process."""
+    store = StudyStore(storage, create=False)
+    try:
+        return Runner(store, study, **kw).run()
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m core.sweep.runner --storage URL --study NAME``: the detached runner."""
+    import argparse
+    import sys
+
+    from core.errors import KneeError
+
+    ap = argparse.ArgumentParser(prog="knee-runner")
+    ap.add_argument("--storage", required=True)
+    ap.add_argument("--study", required=True)
+    ap.add_argument("--workspace")
+    a = ap.parse_args(argv)
+    try:
+        s = run_study(a.storage, a.study, workspace=a.workspace)
+    except KneeError as e:
+        print(f"knee runner: error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 130 if s.interrupted else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""The search space of a sweep: server configurations (trials) × load points.
+
+Turns argument dicts into knee's typed models: server args → :class:`ServerConfig` (for the
+estimator, the simulator and deploy) and client args → :class:`Workload` + :class:`LoadPoint`.
+The raw server args stay what is emitted to the engine, so a name knee does not model still
+reaches the server unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import BadInput
+from core.spec.serving import LoadPoint, ServerConfig
+from core.spec.study import SweepSpec, canonical_json, make_point_id
+from core.spec.workload import LengthDist, Workload
+from core.sweep.grammar import ArgSet, CLIENT_ARG_TYPES, combinations, normalize_name, parse_part
+
+# server arg name → ServerConfig field (vLLM and SGLang spellings, and llm-optimizer's short ones)
+_SERVER_FIELDS = {
+    "tensor_parallel_size": "tp",
+    "tp_size": "tp",
+    "tp": "tp",
+    "data_parallel_size": "dp",
+    "dp_size": "dp",
+    "dp": "dp",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "chunked_prefill_size": "max_num_batched_tokens",
+    "max_num_seqs": "max_num_seqs",
+    "max_running_requests": "max_num_seqs",
+    "max_model_len": "max_model_len",
+    "context_length": "max_model_len",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "mem_fraction_static": "gpu_memory_utilization",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "enable_prefix_caching": "enable_prefix_caching",
+}
+
+
+def sets_to_json(sets: list[ArgSet]) -> list[dict[str, Any]]:
+    return [{"names": list(s.names), "values": [list(v) for v in s.values]} for s in sets]
+
+
+def sets_from_json(data: list[dict[str, Any]]) -> list[ArgSet]:
+    return [ArgSet(names=tuple(d["names"]), values=tuple(tuple(v) for v in d["values"])) for d in data]
+
+
+def server_config(model: str, server_args: dict[str, Any]) -> ServerConfig:
+    fields: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name, value in server_args.items():
+        f = _SERVER_FIELDS.get(name)
+        if f is None:
+            extra[name] = value
+        elif f == "enable_prefix_caching" and name == "disable_radix_cache":
+            fields[f] = not value
+        else:
+            fields[f] = value
+    if server_args.get("disable_radix_cache") is True:
+        fields["enable_prefix_caching"] = False
+        extra.pop("disable_radix_cache", None)
+    try:
+        return ServerConfig(model=model, extra_args=extra, **fields)
+    except Exception as e:
+        raise BadInput(f"server args {server_args} do not make a valid configuration: {e}") from None
+
+
+def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, LoadPoint]:
+    """Client args (llm-optimizer names) → what the load client or the simulator runs."""
+    c = client_args
+    dataset = c.get("dataset_name", "random")
+    if dataset not in ("random", "sharegpt", "random-ids", "generated-shared-prefix"):
+        raise BadInput(f"dataset_name {dataset!r} is not supported", "use random, random-ids, sharegpt or generated-shared-prefix")
+    isl = int(c.get("random_input_len", spec.input_len))
+    osl = int(c.get("random_output_len", c.get("sharegpt_output_len", spec.output_len)))
+    if isl < 1 or osl < 1:
+        raise BadInput("random_input_len and random_output_len must be at least 1")
+    ratio = c.get("random_range_ratio")
+    if ratio is None or ratio >= 1.0:
+        inp, out = LengthDist.of(isl), LengthDist.of(osl)
+    else:
+        # llm-optimizer (SGLang's client) draws lengths uniformly in [S·ratio, S]; knee's
+        # uniform is [mean(1−r), mean(1+r)]. Same interval: mean = S(1+ratio)/2,
+        # r = (1−ratio)/(1+ratio). knee's default without the arg is fixed lengths (exact
+        # OSL with ignore_eos), not llm-optimizer's 1..S.
+        if not 0.0 <= ratio < 1.0:
+            raise BadInput(f"random_range_ratio must be in [0, 1], got {ratio}")
+        r = (1 - ratio) / (1 + ratio)
+        inp = LengthDist(kind="uniform", mean=max(1.0, isl * (1 + ratio) / 2), range_ratio=r)
+        out = LengthDist(kind="uniform", mean=max(1.0, osl * (1 + ratio) / 2), range_ratio=r)
+    ds = {"random": "random", "random-ids": "random", "sharegpt": "sharegpt", "generated-shared-prefix": "shared-prefix"}[dataset]
+    num_prompts = int(c.get("num_prompts", 1000))
+    workload = Workload(
+        input=inp,
+        output=out,
+        dataset=ds,
+        dataset_path=c.get("dataset_path"),
+        shared_prefix_len=int(c.get("gsp_system_prompt_len", 0)) if ds == "shared-prefix" else 0,
+        num_prompts=num_prompts,
+        warmup=int(c.get("warmup_requests", spec.warmup)),
+        seed=int(c.get("seed", spec.seed)),
+    )
+    rate = c.get("request_rate")
+    if rate is not None and (rate == float("inf") or (isinstance(rate, float) and math.isinf(rate))):
+        rate = None
+    conc = c.get("max_concurrency")
+    if conc is not None and conc < 1:
+        # llm-optimizer's estimate emits max_concurrency=0 meaning unlimited; closed loop
+        # over every prompt is the same thing.
+        conc = num_prompts
+    if conc is None and rate is None:
+        conc = num_prompts  # llm-optimizer's default: rate inf, no cap → all at once
+    try:
+        load = LoadPoint(
+            concurrency=conc,
+            request_rate=rate,
+            arrival=c.get("arrival", "poisson"),
+            burstiness=float(c.get("burstiness", 1.0)),
+            num_prompts=num_prompts,
+            duration_s=c.get("duration_s"),
+        )
+    except Exception as e:
+        raise BadInput(f"client args {client_args} do not make a valid load point: {e}") from None
+    return workload, load
+
+
+@dataclass
+class PointPlan:
+    point_id: str
+    client_args: dict[str, Any]
+    workload: Workload
+    load: LoadPoint
+    search: str = "grid"
+
+
+@dataclass
+class TrialPlan:
+    trial_key: str
+    server_args: dict[str, Any]
+    config: ServerConfig
+    points: list[PointPlan] = field(default_factory=list)
+    predicted: dict[str, Any] | None = None
+    skip_reason: str | None = None
+
+
+def client_points(spec: SweepSpec) -> list[dict[str, Any]]:
+    return combinations(sets_from_json(spec.client_sets))
+
+
+def make_point(spec: SweepSpec, server_args: dict[str, Any], client_args: dict[str, Any], search: str = "grid") -> PointPlan:
+    wl, lp = load_of(client_args, spec)
+    return PointPlan(make_point_id(server_args, client_args), client_args, wl, lp, search)
+
+
+def plan_trials(spec: SweepSpec) -> list[TrialPlan]:
+    """The grid: every server configuration with every client variation (server outer)."""
+    out = []
+    clients = client_points(spec)
+    for sargs in combinations(sets_from_json(spec.server_sets)):
+        cfg = server_config(spec.model, sargs)
+        t = TrialPlan(canonical_json(sargs), sargs, cfg)
+        t.points = [make_point(spec, sargs, cargs) for cargs in clients]
+        out.append(t)
+    return out
+
+
+# ---- knee's sweep file (TOML) --------------------------------------------------------------
+def _toml_sets(table: dict[str, Any], side: str) -> list[ArgSet]:
+    """``name = value`` or ``name = [choices]``; ``"a*b" = [[1,4],[2,2]]`` for composites.
+    A string value may use the llm-optimizer grammar (``"range(1,5)"``, ``"[1,2]"``)."""
+    from core.sweep.grammar import VLLM_ARG_TYPES, _coerce
+
+    known = CLIENT_ARG_TYPES if side == "client" else VLLM_ARG_TYPES
+    sets = []
+    for raw_name, value in table.items():
+        if isinstance(value, str):
+            sets.append(parse_part(f"{raw_name}={value}", known, side == "client", side))
+            continue
+        names = tuple(normalize_name(n) for n in raw_name.split("*"))
+        if side == "client":
+            for n in names:
+                if n not in known:
+                    raise BadInput(f"unknown client arg {n!r} in the sweep file", "known: " + ", ".join(sorted(known)))
+        choices = value if isinstance(value, list) else [value]
+        vals = []
+        for ch in choices:
+            items = tuple(ch) if len(names) > 1 else (ch,)
+            if len(items) != len(names):
+                raise BadInput(f"each value of {raw_name} must list {len(names)} items, got {ch!r}")
+            vals.append(tuple(_coerce(v, known.get(n), n, raw_name) for n, v in zip(names, items)))
+        if not vals:
+            raise BadInput(f"{raw_name} has an empty list of values in the sweep file")
+        sets.append(ArgSet(names, tuple(dict.fromkeys(vals))))
+    return sets
+
+
+SWEEP_FILE_KEYS = {
+    "model", "framework", "engine", "instance", "gpu", "num_gpus", "constraints", "input_len",
+    "output_len", "strategy", "objective", "sla", "warmup", "seed", "rest_s",
+    "server", "client", "max_error_fraction",
+}
+
+
+def read_sweep_file(path: str | Path) -> dict[str, Any]:
+    """Read a sweep file into keyword arguments for :func:`core.sweep.build_spec`."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"sweep file {p} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"sweep file {p} is not valid TOML: {e}") from None
+    unknown = set(data) - SWEEP_FILE_KEYS
+    if unknown:
+        raise BadInput(f"unknown key {sorted(unknown)[0]!r} in sweep file {p}", "known: " + ", ".join(sorted(SWEEP_FILE_KEYS)))
+    out = dict(data)
+    out["server_sets"] = _toml_sets(data.get("server", {}), "server")
+    out["client_sets"] = _toml_sets(data.get("client", {}), "client")
+    out.pop("server", None)
+    out.pop("client", None)
+    return out

@@ -1,0 +1,297 @@
+"""Search strategies: which server configurations to launch and which load points to run.
+
+A strategy hands the runner trials one at a time (:meth:`Strategy.next_trial`) and, per
+trial, points one at a time (:meth:`Strategy.next_point`), and sees every stored result
+(:meth:`Strategy.observe`) before it answers again — so adaptive and SLA search decide on
+what was measured, and resume works by replaying stored results through ``observe``.
+
+- ``grid``: every server configuration × every client variation, in llm-optimizer's order
+  (server outer), one launch per configuration (never one per combination).
+- ``adaptive``: the estimator drops configurations that cannot fit or cannot meet the SLOs,
+  ranks the rest by predicted objective, runs the most promising first, and skips the ones
+  that — after scaling the prediction by what the measured ones achieved — cannot beat the
+  best measured result. Inside a configuration, loads run from the most promising down, and
+  a load that breaks the SLOs ends the higher loads of that configuration (latency grows
+  with load).
+- ``sla``: per configuration, the highest ``max_concurrency`` (or ``request_rate``) that
+  still meets every SLO: doubling from a seed until it fails, then bisection until the bracket
+  is within the tolerance (AIPerf's and vLLM's ``serve_sla`` method).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from core.results.analysis import objective_key, score
+from core.spec.slo import SLO, parse_constraints
+from core.spec.study import PointRow, SweepSpec, make_point_id
+from core.sweep.space import PointPlan, TrialPlan, make_point, plan_trials
+
+
+class Strategy:
+    name = "grid"
+
+    def __init__(self, spec: SweepSpec, predictor=None):
+        self.spec = spec
+        self.slo: SLO = parse_constraints(spec.constraints)
+        self.plans = plan_trials(spec)
+        self.predictor = predictor
+        self.results: dict[str, PointRow] = {}
+        self.skipped: list[tuple[TrialPlan, str]] = []
+        self._trial_iter = iter(self.plans)
+
+    def observe(self, trial: TrialPlan, point: PointPlan, row: PointRow) -> None:
+        self.results[point.point_id] = row
+
+    def next_trial(self) -> TrialPlan | None:
+        return next(self._trial_iter, None)
+
+    def next_point(self, trial: TrialPlan) -> PointPlan | None:
+        for p in trial.points:
+            if p.point_id not in self.results:
+                return p
+        return None
+
+    def trial_failed(self, trial: TrialPlan) -> None:
+        """The trial's server failed; nothing more to do on it."""
+
+    def points_left(self, trial: TrialPlan) -> list[PointPlan]:
+        """Points the trial would still run (to store as failed when its server fails)."""
+        return [p for p in trial.points if p.point_id not in self.results]
+
+
+class GridStrategy(Strategy):
+    name = "grid"
+
+
+class AdaptiveStrategy(Strategy):
+    name = "adaptive"
+    margin = 0.25  # the estimator's error we allow for before ruling a configuration out
+
+    def __init__(self, spec: SweepSpec, predictor=None):
+        super().__init__(spec, predictor)
+        self.key, self.dir = objective_key(spec.objective)
+        self._queue: list[TrialPlan] = []
+        self._ratios: list[float] = []
+        self._blocked: set[str] = set()  # trials whose higher loads break the SLO
+        self._rank()
+
+    def _pred_score(self, pred: dict[str, float], trial: TrialPlan) -> float | None:
+        row = PointRow(study="", point_id="", trial_id=0, trial_key="", server_args=trial.server_args, client_args={}, summary=pred)
+        return score(row, self.spec.objective, None)
+
+    def _meets_with_margin(self, pred: dict[str, float]) -> bool:
+        for c in self.slo.constraints:
+            v = pred.get(c.key)
+            if v is None:
+                continue
+            if c.op in ("<", "<=") and v > c.value * (1 + self.margin):
+                return False
+            if c.op in (">", ">=") and v < c.value * (1 - self.margin):
+                return False
+        return True
+
+    def _rank(self) -> None:
+        ranked = []
+        for t in self.plans:
+            if self.predictor is None:
+                ranked.append((0.0, t))
+                continue
+            ok, reason, _ = self.predictor.fits(t.config, t.points[0].workload if t.points else None)
+            if not ok:
+                t.skip_reason = f"infeasible: {reason}"
+                self.skipped.append((t, t.skip_reason))
+                continue
+            preds = {}
+            for p in t.points:
+                preds[p.point_id] = self.predictor.predict(t.config, p.workload, p.load)
+            good = {pid: pr for pid, pr in preds.items() if pr and self._meets_with_margin(pr)}
+            if t.points and not good:
+                t.skip_reason = "predicted to miss the SLOs at every load point"
+                self.skipped.append((t, t.skip_reason))
+                continue
+            scored = {pid: self._pred_score(pr, t) for pid, pr in good.items()}
+            best_pred = max((s for s in scored.values() if s is not None), default=0.0)
+            t.predicted = {"score": best_pred, "points": {pid: {k: preds[pid].get(k) for k in (self.key, "p99_e2el_ms", "mean_ttft_ms") if k in preds[pid]} for pid in preds}}
+            # Most promising load first; points predicted to break the SLO go last (they
+            # run only if the measurement says the prediction was too pessimistic).
+            t.points.sort(key=lambda p: -(scored.get(p.point_id) if scored.get(p.point_id) is not None else -math.inf))
+            t._scores = scored  # type: ignore[attr-defined]
+            ranked.append((best_pred, t))
+        ranked.sort(key=lambda x: -x[0])
+        self._queue = [t for _, t in ranked]
+
+    def _calibration(self) -> float:
+        if not self._ratios:
+            return 1.0
+        r = sorted(self._ratios)
+        return r[len(r) // 2]
+
+    def _best_measured(self) -> float | None:
+        vals = [score(r, self.spec.objective) for r in self.results.values() if r.status == "ok" and self.slo.holds(r.summary)]
+        vals = [v for v in vals if v is not None]
+        return max(vals) if vals else None
+
+    def _can_beat(self, predicted: float | None) -> bool:
+        best = self._best_measured()
+        if best is None or predicted is None or self.predictor is None:
+            return True
+        k = self._calibration()
+        # Scores are "higher is better"; for minimized objectives they are negative, and
+        # the optimistic bound moves toward zero.
+        optimistic = predicted * k * (1 + self.margin) if predicted >= 0 else predicted * k * (1 - self.margin)
+        return optimistic > best
+
+    def next_trial(self) -> TrialPlan | None:
+        while self._queue:
+            t = self._queue.pop(0)
+            pred = (t.predicted or {}).get("score")
+            if not self._can_beat(pred) and not any(p.point_id in self.results for p in t.points):
+                t.skip_reason = f"pruned: predicted {self.key} cannot beat the best measured"
+                self.skipped.append((t, t.skip_reason))
+                continue
+            return t
+        return None
+
+    def observe(self, trial: TrialPlan, point: PointPlan, row: PointRow) -> None:
+        super().observe(trial, point, row)
+        scores = getattr(trial, "_scores", {})
+        pred = scores.get(point.point_id)
+        measured = score(row, self.spec.objective) if row.status == "ok" else None
+        if pred and measured and pred > 0 and measured > 0:
+            self._ratios.append(measured / pred)
+        if row.status != "ok" or not self.slo.holds(row.summary):
+            self._blocked.add(trial.trial_key)
+            self._block_load = getattr(self, "_block_load", {})
+            self._block_load.setdefault(trial.trial_key, []).append(_load_of(point))
+
+    def next_point(self, trial: TrialPlan) -> PointPlan | None:
+        scores = getattr(trial, "_scores", {})
+        blocked = getattr(self, "_block_load", {}).get(trial.trial_key, [])
+        for p in trial.points:
+            if p.point_id in self.results:
+                continue
+            if blocked and any(_load_of(p) >= b for b in blocked):
+                continue  # a lower load already broke the SLO
+            if self.predictor is not None and not self._can_beat(scores.get(p.point_id)):
+                continue
+            return p
+        return None
+
+
+def _load_of(p: PointPlan) -> float:
+    return float(p.load.request_rate if p.load.request_rate is not None else (p.load.concurrency or 0))
+
+
+class SLAStrategy(Strategy):
+    """Bracketing then bisection on one load knob, per server configuration."""
+
+    name = "sla"
+
+    def __init__(self, spec: SweepSpec, predictor=None):
+        super().__init__(spec, predictor)
+        self.knob = spec.sla_knob
+        self.integer = self.knob == "max_concurrency"
+        # Client args other than the searched knob are the fixed workload (first variation).
+        base = dict(self._client_base())
+        base.pop("max_concurrency", None)
+        base.pop("request_rate", None)
+        self.base = base
+        self._state: dict[str, dict[str, Any]] = {}
+
+    def _client_base(self) -> dict[str, Any]:
+        from core.sweep.space import client_points
+
+        return client_points(self.spec)[0]
+
+    def _seed(self, trial: TrialPlan) -> float:
+        declared = self._client_base().get(self.knob)
+        if declared:
+            return float(declared)
+        if self.predictor is not None and self.integer:
+            # Little's law on the prediction at the configured batch: the concurrency the
+            # server holds at once is where the search starts.
+            p = make_point(self.spec, trial.server_args, {**self.base, self.knob: trial.config.seqs})
+            pred = self.predictor.predict(trial.config, p.workload, p.load)
+            if pred:
+                return max(self.spec.sla_min, min(self.spec.sla_max, round(pred["request_throughput"] * pred["mean_e2el_ms"] / 1000)))
+        return max(self.spec.sla_min, 1.0)
+
+    def _value(self, v: float) -> float | int:
+        return int(round(v)) if self.integer else round(v, 3)
+
+    def _st(self, trial: TrialPlan) -> dict[str, Any]:
+        st = self._state.get(trial.trial_key)
+        if st is None:
+            st = {"lo": None, "hi": None, "next": self._value(self._seed(trial)), "done": False, "tried": {}}
+            self._state[trial.trial_key] = st
+        return st
+
+    def _point(self, trial: TrialPlan, v: float | int) -> PointPlan:
+        return make_point(self.spec, trial.server_args, {**self.base, self.knob: v}, search="sla")
+
+    def next_point(self, trial: TrialPlan) -> PointPlan | None:
+        st = self._st(trial)
+        while not st["done"]:
+            v = st["next"]
+            p = self._point(trial, v)
+            if p.point_id in self.results:  # resumed: replay the stored result
+                self._advance(trial, v, self.results[p.point_id])
+                continue
+            return p
+        return None
+
+    def observe(self, trial: TrialPlan, point: PointPlan, row: PointRow) -> None:
+        super().observe(trial, point, row)
+        v = point.client_args.get(self.knob)
+        st = self._st(trial)
+        if v == st["next"] and not st["done"]:
+            self._advance(trial, v, row)
+
+    def _advance(self, trial: TrialPlan, v: float | int, row: PointRow) -> None:
+        st = self._st(trial)
+        ok = row.status == "ok" and self.slo.holds(row.summary)
+        st["tried"][v] = ok
+        if ok:
+            st["lo"] = v if st["lo"] is None else max(st["lo"], v)
+        else:
+            st["hi"] = v if st["hi"] is None else min(st["hi"], v)
+        lo, hi = st["lo"], st["hi"]
+        if hi is None:  # still bracketing upward
+            nxt = self._value(min(v * 2, self.spec.sla_max))
+            if nxt <= v:
+                st["done"] = True
+                return
+        elif lo is None:  # failed at the seed: bracket downward
+            if v <= self.spec.sla_min:
+                st["done"] = True
+                return
+            nxt = self._value(max(self.spec.sla_min, v / 2))
+        else:
+            if (hi - lo) <= max(1 if self.integer else 0, self.spec.sla_tolerance * hi):
+                st["done"] = True
+                return
+            nxt = self._value((lo + hi) / 2)
+            if nxt in (lo, hi):
+                st["done"] = True
+                return
+        st["next"] = nxt
+
+    def points_left(self, trial: TrialPlan) -> list[PointPlan]:
+        st = self._st(trial)
+        return [] if st["done"] else [self._point(trial, st["next"])]
+
+    def trial_failed(self, trial: TrialPlan) -> None:
+        self._st(trial)["done"] = True
+
+    def sla_result(self, trial: TrialPlan) -> dict[str, Any]:
+        st = self._st(trial)
+        return {"knob": self.knob, "max_meeting_slo": st["lo"], "lowest_failing": st["hi"]}
+
+
+def make_strategy(spec: SweepSpec, predictor=None) -> Strategy:
+    return {"grid": GridStrategy, "adaptive": AdaptiveStrategy, "sla": SLAStrategy}[spec.strategy](spec, predictor)
+
+
+__all__ = ["Strategy", "GridStrategy", "AdaptiveStrategy", "SLAStrategy", "make_strategy", "make_point_id"]
