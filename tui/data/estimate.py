@@ -1,0 +1,137 @@
+"""What the Estimate screen shows for one plan, computed off the UI thread.
+
+The numbers come from the estimator's report (``core.estimate.estimate``): memory per TP
+degree, predictions against concurrency, limits, bottlenecks and the suggested search
+space. The roofline comes from :mod:`tui.data.roofline`. This module only reshapes them
+into rows, so a change in the report's shape is a change here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.estimate import EstimateReport, estimate
+from core.estimate.memory import MemoryPlan
+from core.spec.plan import Plan
+from tui.data.roofline import Roofline, roofline
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    tp: int
+    replicas: int  # copies of the model the hardware holds at this TP
+    plan: MemoryPlan
+    max_seqs: int  # full-length sequences of the workload the KV cache holds
+
+
+@dataclass(frozen=True)
+class PredictionRow:
+    config: str  # "TP2 x DP2"; empty on the rows that continue a configuration's curve
+    concurrency: int
+    ttft_ms: float | None  # p99
+    itl_ms: float | None  # p99
+    e2e_ms: float | None  # p99
+    request_throughput: float | None  # req/s for the whole hardware
+    output_throughput: float | None  # tok/s for the whole hardware
+    meets_slo: bool | None
+    is_knee: bool = False
+
+
+@dataclass(frozen=True)
+class EstimateView:
+    title: str  # "Qwen/Qwen3-4B on ml.g6.12xlarge (4x L4)"
+    model_summary: str
+    memory: tuple[MemoryRow, ...]
+    roofline: Roofline
+    predictions: tuple[PredictionRow, ...] = ()
+    limits: tuple[str, ...] = ()
+    bottleneck: str = ""
+    suggested_server_args: str = ""
+    suggested_client_args: str = ""
+    notes: tuple[str, ...] = ()
+    report: Any = field(default=None, compare=False)  # the estimator's report, for exports
+
+
+def model_summary(arch) -> str:
+    s = f"{arch.params_total / 1e9:.1f}B params"
+    if arch.is_moe:
+        s += f" ({arch.params_active / 1e9:.1f}B active, {arch.experts_per_token}/{arch.num_experts} experts)"
+    s += f" · {arch.num_layers} layers · {arch.num_heads}q/{arch.num_kv_heads}kv heads · {arch.quantization.method}"
+    return s + f" · {arch.weight_bytes / 1e9:.1f} GB weights"
+
+
+def _prediction_rows(report: EstimateReport, plan: Plan) -> list[PredictionRow]:
+    slo = plan.slo
+    rows: list[PredictionRow] = []
+    for ce in report.configs:
+        knee_c = ce.at_knee.concurrency
+        preds = sorted([*ce.predictions, ce.at_knee], key=lambda p: p.concurrency or 0)
+        seen: set[float | None] = set()
+        for p in preds:
+            if p.concurrency in seen:
+                continue
+            rows.append(PredictionRow(
+                config="" if seen else ce.label,
+                concurrency=int(p.concurrency or 0),
+                ttft_ms=p.ttft_ms.p99,
+                itl_ms=p.itl_ms.p99,
+                e2e_ms=p.e2e_s.p99 * 1000.0,
+                request_throughput=p.req_per_s,
+                output_throughput=p.output_tok_per_s,
+                meets_slo=slo.holds(p.metrics()) if slo.constraints else None,
+                is_knee=p.concurrency == knee_c,
+            ))
+            seen.add(p.concurrency)
+    return rows
+
+
+def _limit_lines(report: EstimateReport) -> list[str]:
+    best = report.best
+    if best is None:
+        return ["no configuration fits this hardware"]
+    lim = best.limits
+    lines = [
+        f"best: [b]{best.label}[/b]",
+        f"KV cache: {lim.kv_full_length} full-length sequences",
+        f"running batch cap: {lim.running_cap} ({lim.running_cap_reason.replace('_', ' ')})",
+        f"saturates at c={lim.saturation}: {lim.max_req_per_s:.2f} req/s, {lim.max_output_tok_per_s:,.0f} tok/s",
+    ]
+    if lim.slo:
+        if lim.slo_feasible and lim.slo_concurrency is not None:
+            lines.append(f"SLOs met up to c={lim.slo_concurrency}")
+        else:
+            lines.append("[$text-error]no concurrency meets the SLOs[/]")
+    cost = best.cost_per_1m_output_tokens
+    if cost is not None:
+        lines.append(f"${cost:.3f} per 1M output tokens at the knee")
+    return lines
+
+
+def build_estimate(plan: Plan) -> EstimateView:
+    """Everything the Estimate screen shows. Raises ``KneeError`` for a plan that cannot be
+    estimated (unknown model, hardware); the screen shows the message."""
+    arch = plan.arch()
+    hw = plan.hardware()
+    report = estimate(plan, arch=arch, hardware=hw)
+    kv_seqs = {ce.config.tp: ce.limits.kv_full_length for ce in report.configs}
+    memory = tuple(MemoryRow(m.tp, hw.num_gpus // m.tp, m, kv_seqs.get(m.tp, 0)) for m in report.memory)
+    best = report.best
+    bottleneck = ""
+    if best is not None:
+        k = best.at_knee
+        bottleneck = f"prefill: {k.prefill_bottleneck}; decode: {k.decode_bottleneck} (batch limited by {k.limited_by.replace('_', ' ')})"
+    sug = report.suggestion
+    return EstimateView(
+        title=f"{plan.model} on {hw.label}",
+        model_summary=model_summary(arch),
+        memory=memory,
+        roofline=roofline(arch, hw.gpu, plan.input_len, plan.output_len, kv_dtype=plan.kv_cache_dtype),
+        predictions=tuple(_prediction_rows(report, plan)),
+        limits=tuple(_limit_lines(report)),
+        bottleneck=bottleneck,
+        suggested_server_args=sug.server_args if sug else "",
+        suggested_client_args=sug.client_args if sug else "",
+        notes=tuple(report.notes),
+        report=report,
+    )

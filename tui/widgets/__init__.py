@@ -1,0 +1,1 @@
+"""Widgets of the knee app, one per module."""
