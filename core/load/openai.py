@@ -137,18 +137,13 @@ class OpenAITarget:
         assert self.transport is not None, "open() the target first"
         body = self.body(prompt)
         clock = time.perf_counter
-        chat = self.api == "chat"
-        texts: list[str] = []
-        chunk_times = rec.chunk_times
-        chunk_tokens = rec.chunk_tokens
-        done = finished = False
-        prev_ct = 0
+        parser = SSEParser(rec, t0, chat=self.api == "chat", per_chunk_usage=self.per_chunk_usage)
         rec.input_tokens = prompt.input_tokens
         rec.wall_start_ns = time.time_ns()
         rec.send_time = clock() - t0
         try:
             async with self.transport.post_stream(self.endpoint, body, self._headers) as s:
-                rec.headers_time = clock() - t0
+                rec.headers_time = s.headers_time - t0 if s.headers_time else clock() - t0
                 rec.status = s.status
                 if s.status != 200:
                     rec.error = f"HTTP {s.status}: {_short(await s.read_all())}"
@@ -156,104 +151,144 @@ class OpenAITarget:
                 if "text/event-stream" not in s.content_type:
                     rec.error = f"server did not stream (Content-Type {s.content_type or 'missing'}; expected text/event-stream)"
                     return ""
-                buf = b""
-                pending_t = 0.0  # when the first byte of the partial message in buf arrived
-                async for data in s.chunks():
-                    t = clock() - t0
-                    if buf:
-                        buf += data
-                    else:
-                        buf = data
-                        pending_t = t
-                    if b"\r" in buf:
-                        buf = buf.replace(b"\r\n", b"\n")
-                    msg_t = pending_t
-                    while True:
-                        i = buf.find(b"\n\n")
-                        if i < 0:
-                            break
-                        msg = buf[:i]
-                        buf = buf[i + 2 :]
-                        mt, msg_t = msg_t, t  # later messages in this read began in this read
-                        # Fast path: one `data: ` line (what vLLM, SGLang, OpenAI send).
-                        if msg.startswith(b"data: ") and b"\n" not in msg:
-                            payload = msg[6:]
-                        else:
-                            lines = [ln[5:].lstrip(b" ") for ln in msg.split(b"\n") if ln.startswith(b"data:")]
-                            if not lines:
-                                continue  # comment, event: or keep-alive only
-                            payload = b"\n".join(lines)
-                        if payload == b"[DONE]":
-                            rec.end_time = mt
-                            done = True
-                            break
-                        try:
-                            obj = _loads(payload)
-                        except ValueError:
-                            rec.error = f"malformed SSE: data is not JSON ({_short(payload, 80)!r})"
-                            return "".join(texts)
-                        if not isinstance(obj, dict):
-                            rec.error = f"malformed SSE: data is not a JSON object ({_short(payload, 80)!r})"
-                            return "".join(texts)
-                        rec.end_time = mt
-                        if "error" in obj and not obj.get("choices"):
-                            err = obj["error"]
-                            rec.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
-                            return "".join(texts)
-                        usage = obj.get("usage")
-                        choices = obj.get("choices")
-                        if choices:
-                            if rec.first_message_time is None:
-                                rec.first_message_time = mt
-                            c = choices[0]
-                            if chat:
-                                delta = c.get("delta") or {}
-                                text = delta.get("content")
-                                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                            else:
-                                text = c.get("text")
-                                reasoning = None
-                            if text or reasoning:
-                                chunk_times.append(mt)
-                                if usage and self.per_chunk_usage:
-                                    ct = int(usage.get("completion_tokens") or 0)
-                                    chunk_tokens.append(ct - prev_ct)
-                                    prev_ct = ct
-                                else:
-                                    chunk_tokens.append(1)
-                                if text:
-                                    texts.append(text)
-                                    if rec.first_output_time is None:
-                                        rec.first_output_time = mt
-                                if reasoning:
-                                    texts.append(reasoning)
-                            if c.get("finish_reason"):
-                                finished = True
-                        if usage:
-                            ct = usage.get("completion_tokens")
-                            if ct is not None:
-                                rec.output_tokens_usage = int(ct)
-                            pt = usage.get("prompt_tokens")
-                            if pt:
-                                rec.input_tokens = int(pt)
-                    if done:
-                        break
-                    if buf:
-                        if msg_t != pending_t:  # leftover began in this read
-                            pending_t = t
+                await s.pump(parser.feed)
         except TransportError as e:
             rec.error = str(e)
-            return "".join(texts)
+            return parser.text()
         except Exception as e:  # a broken stream must never end the run
             rec.error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            return "".join(texts)
-        if not done and not finished:
+            return parser.text()
+        return parser.finish(clock() - t0)
+
+
+class SSEParser:
+    """Incremental SSE parser for OpenAI streams that fills one record.
+
+    ``feed(t, data)`` takes bytes as they arrived and the absolute ``perf_counter`` time of
+    their arrival; it returns True once the stream is over (``[DONE]`` or an error). Every
+    message is stamped with the arrival time of its **first** byte. ``finish(now)`` settles
+    the record (broken-stream error, output tokens) and returns the generated text.
+    """
+
+    __slots__ = ("rec", "t0", "chat", "per_chunk_usage", "buf", "pending_t", "texts", "done", "finished", "prev_ct")
+
+    def __init__(self, rec: RequestRecord, t0: float, chat: bool, per_chunk_usage: bool = False):
+        self.rec = rec
+        self.t0 = t0
+        self.chat = chat
+        self.per_chunk_usage = per_chunk_usage
+        self.buf = b""
+        self.pending_t = 0.0  # when the first byte of the partial message in buf arrived
+        self.texts: list[str] = []
+        self.done = False
+        self.finished = False
+        self.prev_ct = 0
+
+    def text(self) -> str:
+        return "".join(self.texts)
+
+    def feed(self, t_abs: float, data: bytes) -> bool:
+        rec = self.rec
+        t = t_abs - self.t0
+        buf = self.buf
+        if buf:
+            buf += data
+        else:
+            buf = data
+            self.pending_t = t
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        msg_t = self.pending_t
+        chunk_times = rec.chunk_times
+        while True:
+            i = buf.find(b"\n\n")
+            if i < 0:
+                break
+            msg = buf[:i]
+            buf = buf[i + 2 :]
+            mt, msg_t = msg_t, t  # later messages in this read began in this read
+            # Fast path: one `data: ` line (what vLLM, SGLang, OpenAI send).
+            if msg.startswith(b"data: ") and b"\n" not in msg:
+                payload = msg[6:]
+            else:
+                lines = [ln[5:].lstrip(b" ") for ln in msg.split(b"\n") if ln.startswith(b"data:")]
+                if not lines:
+                    continue  # comment, event: or keep-alive only
+                payload = b"\n".join(lines)
+            if payload == b"[DONE]":
+                rec.end_time = mt
+                self.done = True
+                self.buf = b""
+                return True
+            try:
+                obj = _loads(payload)
+            except ValueError:
+                rec.error = f"malformed SSE: data is not JSON ({_short(payload, 80)!r})"
+                self.done = True
+                return True
+            if not isinstance(obj, dict):
+                rec.error = f"malformed SSE: data is not a JSON object ({_short(payload, 80)!r})"
+                self.done = True
+                return True
+            rec.end_time = mt
+            choices = obj.get("choices")
+            if not choices and "error" in obj:
+                err = obj["error"]
+                rec.error = f"server error in stream: {err.get('message', err) if isinstance(err, dict) else err}"
+                self.done = True
+                return True
+            usage = obj.get("usage")
+            if choices:
+                if rec.first_message_time is None:
+                    rec.first_message_time = mt
+                c = choices[0]
+                if self.chat:
+                    delta = c.get("delta") or {}
+                    text = delta.get("content")
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                else:
+                    text = c.get("text")
+                    reasoning = None
+                if text or reasoning:
+                    chunk_times.append(mt)
+                    if usage and self.per_chunk_usage:
+                        ct = int(usage.get("completion_tokens") or 0)
+                        rec.chunk_tokens.append(ct - self.prev_ct)
+                        self.prev_ct = ct
+                    else:
+                        rec.chunk_tokens.append(1)
+                    if text:
+                        self.texts.append(text)
+                        if rec.first_output_time is None:
+                            rec.first_output_time = mt
+                    if reasoning:
+                        self.texts.append(reasoning)
+                if c.get("finish_reason"):
+                    self.finished = True
+            if usage:
+                ct = usage.get("completion_tokens")
+                if ct is not None:
+                    rec.output_tokens_usage = int(ct)
+                pt = usage.get("prompt_tokens")
+                if pt:
+                    rec.input_tokens = int(pt)
+        if buf and msg_t != self.pending_t:  # the leftover began in this read
+            self.pending_t = t
+        self.buf = buf
+        return False
+
+    def finish(self, now: float) -> str:
+        rec = self.rec
+        if rec.error is not None:
+            return self.text()
+        if not self.done and not self.finished:
             rec.error = "stream ended before [DONE] (broken stream)"
             rec.end_time = None
-        elif rec.end_time is None:
-            rec.end_time = clock() - t0
+            return self.text()
+        if rec.end_time is None:
+            rec.end_time = now
         if rec.output_tokens_usage is not None:
             rec.output_tokens = rec.output_tokens_usage
         else:
-            rec.output_tokens = len(chunk_times)  # provisional; the runner retokenizes
-        return "".join(texts)
+            rec.output_tokens = len(rec.chunk_times)  # provisional; the runner retokenizes
+        return self.text()

@@ -8,6 +8,8 @@ so the transport must hand bytes over as soon as they arrive, never waiting to f
 
 Implementations (``make_transport(kind, ...)``):
 
+- ``"raw"`` — knee's own HTTP/1.1 client on ``asyncio.Protocol`` (:mod:`core.load.rawhttp`):
+  stamps bytes in ``data_received`` and feeds the SSE parser there, no task switch per chunk.
 - ``"httpx-aiohttp"`` — the httpx API over ``httpx_aiohttp.AiohttpTransport`` with knee's own
   aiohttp session (one connector sized to the concurrency, 10 MB read buffer).
 - ``"aiohttp"`` — the same aiohttp session used directly, without the httpx layer.
@@ -25,18 +27,20 @@ connector per process (port exhaustion).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import aiohttp
 
 READ_BUFSIZE = 10 * 1024 * 1024
-TRANSPORTS = ("aiohttp", "httpx-aiohttp", "httpx")
-# Measured by bench/client_capacity.py on the 2-core dev box (loopback, pre-encoded SSE):
-# bare aiohttp sustains the most streamed tokens/s with sub-ms p99 timestamp error; the httpx
-# layer over the same aiohttp session costs a per-chunk Python wrapper, and httpx's own
-# transport collapses under concurrency. See the benchmark's table for the figures.
-DEFAULT_TRANSPORT = "aiohttp"
+TRANSPORTS = ("raw", "aiohttp", "httpx-aiohttp", "httpx")
+# Chosen by measurement (bench/client_capacity.py, 2-core box, loopback cadence server):
+# at 256 streams the raw protocol client kept p99 timestamp error near 1 ms where aiohttp
+# (stamping when its reader coroutine resumes) was 10-30 ms, and it sustains more tokens/s;
+# the httpx API adds a per-chunk wrapper on top of aiohttp, and httpx's own transport
+# collapses under concurrency (encode/httpx#3215). Figures: the benchmark's table.
+DEFAULT_TRANSPORT = "raw"
 
 
 class TransportError(Exception):
@@ -46,8 +50,12 @@ class TransportError(Exception):
 class Stream(Protocol):
     status: int
     content_type: str
+    headers_time: float | None  # perf_counter when the headers arrived, if the transport knows
 
-    def chunks(self) -> AsyncIterator[bytes]: ...
+    async def pump(self, feed: Callable[[float, bytes], bool]) -> None:
+        """Call ``feed(arrival_perf_counter, data)`` for every piece of the body, in order,
+        until it returns True or the body ends."""
+        ...
 
     async def read_all(self) -> bytes: ...
 
@@ -90,14 +98,17 @@ class _AiohttpStream:
         self.status = resp.status
         self.content_type = resp.headers.get("Content-Type", "")
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        # readany(): whatever bytes the socket has delivered, without waiting for more.
+    headers_time = None
+
+    async def pump(self, feed) -> None:
+        # readany(): whatever bytes the socket has delivered, without waiting for more; the
+        # stamp is taken when this coroutine resumes (aiohttp offers no earlier hook).
         read = self._resp.content.readany
+        clock = time.perf_counter
         while True:
             data = await read()
-            if not data:
+            if not data or feed(clock(), data):
                 return
-            yield data
 
     async def read_all(self) -> bytes:
         return await self._resp.read()
@@ -136,10 +147,13 @@ class _HttpxStream:
         self.status = resp.status_code
         self.content_type = resp.headers.get("content-type", "")
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    headers_time = None
+
+    async def pump(self, feed) -> None:
+        clock = time.perf_counter
         async for data in self._resp.aiter_raw():
-            if data:
-                yield data
+            if data and feed(clock(), data):
+                return
 
     async def read_all(self) -> bytes:
         return await self._resp.aread()
@@ -194,6 +208,10 @@ class HttpxTransport:
 
 def make_transport(kind: str | None, limit: int, timeout_s: float | None = None) -> Transport:
     kind = kind or DEFAULT_TRANSPORT
+    if kind == "raw":
+        from core.load.rawhttp import RawTransport
+
+        return RawTransport(limit, timeout_s)
     if kind == "aiohttp":
         return AiohttpTransport(limit, timeout_s)
     if kind == "httpx-aiohttp":
