@@ -186,10 +186,15 @@ def _hardware_warnings(src: DeploySource, inst: Instance, gpus_per_copy: int, wa
     if src.gpu is None:
         warnings.append("the trial does not say which GPU it ran on: throughput and cost assume it was this instance's GPU")
         return
-    try:
-        measured = get_gpu(src.gpu).name
-    except BadInput:
-        measured = src.gpu
+    # The store may hold NVML's device name ("NVIDIA L4", "NVIDIA H100 80GB HBM3") rather
+    # than the catalog's; try it bare and without the vendor prefix.
+    measured = src.gpu
+    for cand in (src.gpu, re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu), re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu).split(" ")[0]):
+        try:
+            measured = get_gpu(cand).name
+            break
+        except BadInput:
+            continue
     if measured != inst.gpu:
         warnings.append(
             f"measured on {measured}, deploying on {inst.gpu} ({inst.name}): throughput, instance count and cost "
