@@ -1,0 +1,346 @@
+"""A discrete-event simulation of vLLM's V1 scheduler in virtual time.
+
+One :class:`Replica` is one engine (``tp`` GPUs). Every step it does what vLLM V1's
+scheduler does (``vllm/v1/core/sched/scheduler.py``), in this order:
+
+1. **Decodes first.** Every running sequence that has finished its prompt generates one
+   token. Each needs a KV slot; a sequence whose KV length is a multiple of 16 needs a new
+   block. When the pool runs dry the most recently admitted running request is
+   **preempted** (its blocks freed, pushed to the front of the waiting queue, and later
+   recomputed from scratch: prompt plus the tokens it had generated), as V1 does.
+2. **Running prefills** (partially prefilled prompts) get chunks from what is left of the
+   token budget (``max_num_batched_tokens`` minus one token per decode): chunked prefill.
+3. **Admission.** Waiting requests join, in order, while the budget lasts, fewer than
+   ``max_num_seqs`` run, and the pool has the blocks for their first chunk (no preemption
+   for a waiting request: V1 stops admitting instead). With prefix caching the shared
+   prefix's full blocks are a cache hit and are not computed again.
+4. The step's duration comes from :meth:`CostModel.step_seconds` with the five sufficient
+   statistics of the batch; the clock advances; every decode and every prefill that just
+   completed its prompt emits one token at the end of the step.
+
+**Why it is fast.** Nothing loops over the running batch per step. Decoding sequences are
+kept as aggregates: their count, Σ KV length (grows by the count each step), and a
+16-slot histogram of "block phase" (a sequence that joined decoding at step s0 with KV
+length k0 needs a new block at step s exactly when (s − s0 + k0) % 16 == 0, so the blocks
+needed this step are ``phase[s % 16]``). When a sequence will finish is known when it
+starts decoding, so finishes come off a heap keyed by step. Token times are never copied
+per token: a request's stream is a run of consecutive steps, stored as (first step,
+count) and sliced from the replica's array of step end times at the end.
+
+Only prefills (a handful per step) and the rare preemption are handled one request at a
+time.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+BLOCK = 16  # tokens per KV block (vLLM's default block size)
+
+# Request states.
+PENDING, WAITING, PREFILL, DECODE, DONE, FAILED = range(6)
+
+
+class Requests:
+    """Per-request state for one simulation, as parallel lists indexed by request id.
+
+    Lists of plain ints beat objects with attributes in CPython's hot loops, and every
+    replica shares them (a request lives on one replica, chosen when it arrives).
+    """
+
+    __slots__ = (
+        "P", "O", "gen", "kv", "s0", "state", "shared", "admit", "prefix",
+        "segs", "end", "error", "replica",
+    )
+
+    def __init__(self, prompt_lens, output_lens, prefix_lens):
+        n = len(prompt_lens)
+        self.P = list(prompt_lens)  # prompt tokens
+        self.O = list(output_lens)  # output tokens to generate
+        self.prefix = list(prefix_lens)  # tokens shared with every other prompt
+        self.gen = [0] * n  # tokens generated (for decoders: when they started decoding)
+        self.kv = [0] * n  # tokens in KV (for decoders: before their first decode step)
+        self.s0 = [0] * n  # step of the first decode (decoders)
+        self.state = [PENDING] * n
+        self.shared = [0] * n  # blocks this request shares with the prefix cache (never freed by it)
+        self.admit = [0] * n  # admission sequence number (preemption picks the latest)
+        self.segs: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # (first step, tokens) runs
+        self.end = [0.0] * n  # engine time of the last token
+        self.error: list[str | None] = [None] * n
+        self.replica = [-1] * n
+
+
+class Replica:
+    """One engine: KV block pool, queues and the step loop."""
+
+    def __init__(
+        self,
+        index: int,
+        reqs: Requests,
+        cost,
+        total_blocks: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        prefix_caching: bool,
+        on_finish,
+    ):
+        self.index = index
+        self.reqs = reqs
+        self.step_seconds = cost.step_seconds
+        self.total_blocks = total_blocks
+        self.free = total_blocks
+        self.max_seqs = max_num_seqs
+        self.max_tokens = max_num_batched_tokens
+        self.prefix_caching = prefix_caching
+        self.prefix_cached = False  # the shared prefix's blocks are in this replica's cache
+        self.pinned = 0  # blocks the cached prefix holds for good
+        self.on_finish = on_finish  # callback(rid, engine_time) when a request completes
+
+        self.t = 0.0  # engine clock: when the next step may start
+        self.step = 0
+        self.step_ends: list[float] = []
+        self.waiting: deque[int] = deque()
+        self.prefilling: list[int] = []
+        self.n_dec = 0
+        self.kv_sum = 0  # Σ KV tokens over decoders before the current step
+        self.phase = [0] * BLOCK
+        self.finish_heap: list[tuple[int, int, int]] = []  # (last step, admit seq, rid)
+        self.victims: list[tuple[int, int]] = []  # (-admit seq, rid): preemption order
+        self._admit_seq = 0
+
+        # Statistics.
+        self.preemptions = 0
+        self.prefix_hits = 0
+        self.peak_used = 0
+        self.busy_s = 0.0
+
+    # ---- queries the driver and the live server use ----
+    @property
+    def has_work(self) -> bool:
+        return bool(self.n_dec or self.prefilling or self.waiting)
+
+    @property
+    def running(self) -> int:
+        return self.n_dec + len(self.prefilling)
+
+    @property
+    def used_blocks(self) -> int:
+        return self.total_blocks - self.free
+
+    def load(self) -> int:
+        return self.n_dec + len(self.prefilling) + len(self.waiting)
+
+    def enqueue(self, rid: int) -> None:
+        self.reqs.state[rid] = WAITING
+        self.reqs.replica[rid] = self.index
+        self.waiting.append(rid)
+
+    # ---- preemption (rare: O(log n) plus the victim's own bookkeeping) ----
+    def _preempt(self, decode_allocated: bool) -> int:
+        """Preempt the most recently admitted running request; return its id (-1 if none).
+
+        ``decode_allocated``: this step's decode blocks were already taken from the pool,
+        so a decoding victim also gives back the block it got for this step.
+        """
+        R = self.reqs
+        state, admit = R.state, R.admit
+        victims = self.victims
+        while victims:
+            neg, rid = heapq.heappop(victims)
+            st = state[rid]
+            if (st == PREFILL or st == DECODE) and admit[rid] == -neg:
+                break
+        else:
+            return -1
+        s = self.step
+        if st == DECODE:
+            kv0, s0 = R.kv[rid], R.s0[rid]
+            kv = kv0 + (s - s0)  # KV tokens before this step
+            self.n_dec -= 1
+            self.kv_sum -= kv
+            ph = (s0 - kv0) % BLOCK
+            self.phase[ph] -= 1
+            blocks = -(-kv // BLOCK)
+            if decode_allocated and ph == s % BLOCK:
+                blocks += 1
+            done = s - s0  # tokens decoded since it started
+            # Its stream ran from the step that completed its prefill (s0 − 1).
+            R.segs[rid].append((s0 - 1, done + 1))
+            R.gen[rid] += done
+        else:
+            kv = R.kv[rid]
+            blocks = -(-kv // BLOCK)
+            self.prefilling.remove(rid)
+        self.free += blocks - R.shared[rid]
+        R.shared[rid] = 0
+        R.kv[rid] = 0
+        R.admit[rid] = -1  # invalidates its finish-heap entry
+        state[rid] = WAITING
+        self.waiting.appendleft(rid)
+        self.preemptions += 1
+        return rid
+
+    # ---- one engine step ----
+    def run_step(self) -> bool:
+        """Schedule and run one step at ``self.t``. Returns False when nothing could be
+        scheduled (idle)."""
+        R = self.reqs
+        P, O, gen, kvl, state = R.P, R.O, R.gen, R.kv, R.state
+        s = self.step
+        phase = self.phase
+
+        # 1) Decodes: one KV slot each; new blocks for those on a block boundary.
+        need = phase[s % BLOCK]
+        while need > self.free:
+            if self._preempt(False) < 0:
+                break
+            need = phase[s % BLOCK]
+        self.free -= need
+        n_dec = self.n_dec
+        budget = self.max_tokens - n_dec
+
+        # 2) Running prefills, then 3) admissions, share what is left of the budget.
+        p_tok = 0
+        p_attn = 0.0
+        p_kv = 0
+        sched: list[tuple[int, int]] = []
+        if self.prefilling and budget > 0:
+            for rid in list(self.prefilling):
+                if budget <= 0:
+                    break
+                if state[rid] != PREFILL:  # preempted while making room for another
+                    continue
+                c = kvl[rid]
+                chunk = P[rid] + gen[rid] - c
+                if chunk > budget:
+                    chunk = budget
+                nb = (c + chunk + BLOCK - 1) // BLOCK - (c + BLOCK - 1) // BLOCK
+                ok = True
+                while nb > self.free:
+                    v = self._preempt(True)
+                    if v < 0 or v == rid:
+                        ok = False
+                        break
+                if not ok:
+                    break
+                self.free -= nb
+                budget -= chunk
+                p_tok += chunk
+                p_attn += chunk * (c + chunk * 0.5)
+                p_kv += c + chunk
+                sched.append((rid, chunk))
+            n_dec = self.n_dec  # preemption may have removed decoders
+
+        waiting = self.waiting
+        if waiting and budget > 0:
+            prefix_cached = self.prefix_cached and self.prefix_caching
+            while waiting and budget > 0 and self.n_dec + len(self.prefilling) < self.max_seqs:
+                rid = waiting[0]
+                target = P[rid] + gen[rid]
+                hit = 0
+                if prefix_cached and R.prefix[rid]:
+                    # Full blocks of the shared prefix; vLLM always recomputes the last token.
+                    hit = min(R.prefix[rid] // BLOCK * BLOCK, (target - 1) // BLOCK * BLOCK)
+                chunk = target - hit
+                if chunk > budget:
+                    chunk = budget
+                shared = hit // BLOCK
+                nb = (hit + chunk + BLOCK - 1) // BLOCK - shared
+                if nb > self.free:
+                    break
+                waiting.popleft()
+                self.free -= nb
+                if hit:
+                    self.prefix_hits += 1
+                R.shared[rid] = shared
+                kvl[rid] = hit
+                state[rid] = PREFILL
+                self._admit_seq += 1
+                R.admit[rid] = self._admit_seq
+                heapq.heappush(self.victims, (-self._admit_seq, rid))
+                self.prefilling.append(rid)
+                budget -= chunk
+                p_tok += chunk
+                p_attn += chunk * (hit + chunk * 0.5)
+                p_kv += hit + chunk
+                sched.append((rid, chunk))
+
+        if not sched and not n_dec:
+            return False
+
+        used = self.total_blocks - self.free
+        if used > self.peak_used:
+            self.peak_used = used
+        dt = self.step_seconds(p_tok, p_attn, p_kv, n_dec, self.kv_sum + n_dec, len(sched))
+        t = self.t + dt
+        self.t = t
+        self.busy_s += dt
+        self.step_ends.append(t)
+        self.kv_sum += n_dec
+
+        # Decoders whose last token was this step.
+        fh = self.finish_heap
+        if fh and fh[0][0] == s:
+            admit, shared_l, on_finish = R.admit, R.shared, self.on_finish
+            while fh and fh[0][0] == s:
+                _, a, rid = heapq.heappop(fh)
+                if admit[rid] != a or state[rid] != DECODE:
+                    continue  # stale: preempted since
+                kv0, s0 = kvl[rid], R.s0[rid]
+                kv = kv0 + (s + 1 - s0)
+                self.n_dec -= 1
+                self.kv_sum -= kv
+                phase[(s0 - kv0) % BLOCK] -= 1
+                self.free += -(-kv // BLOCK) - shared_l[rid]
+                R.segs[rid].append((s0 - 1, s + 2 - s0))
+                gen[rid] += s + 1 - s0
+                state[rid] = DONE
+                R.end[rid] = t
+                on_finish(rid, t)
+
+        # Prefills: a chunk that completes the prompt samples one token at the end of the step.
+        for rid, chunk in sched:
+            if state[rid] != PREFILL:
+                continue
+            c = kvl[rid] + chunk
+            kvl[rid] = c
+            if R.prefix[rid] and not self.prefix_cached and self.prefix_caching and c >= R.prefix[rid] // BLOCK * BLOCK > 0:
+                # This request computed the shared prefix: its full blocks now stay cached
+                # (pinned) for every later request on this replica.
+                self.prefix_cached = True
+                R.shared[rid] = self.pinned = R.prefix[rid] // BLOCK
+            target = P[rid] + gen[rid]
+            if c < target:
+                continue
+            self.prefilling.remove(rid)
+            g = gen[rid] + 1
+            gen[rid] = g
+            if g >= O[rid]:
+                R.segs[rid].append((s, 1))
+                self.free += -(-c // BLOCK) - R.shared[rid]
+                state[rid] = DONE
+                R.end[rid] = t
+                self.on_finish(rid, t)
+                continue
+            # Starts decoding next step; its stream (this step's token and the decodes
+            # that follow) is recorded as one run when it finishes or is preempted.
+            s0 = s + 1
+            R.s0[rid] = s0
+            state[rid] = DECODE
+            self.n_dec += 1
+            self.kv_sum += c
+            phase[(s0 - c) % BLOCK] += 1
+            heapq.heappush(fh, (s0 + O[rid] - g - 1, R.admit[rid], rid))
+
+        self.step = s + 1
+        return True
+
+    def fail_head(self, reason: str) -> int:
+        """Fail the request at the head of the queue (it can never be scheduled)."""
+        rid = self.waiting.popleft()
+        self.reqs.state[rid] = FAILED
+        self.reqs.error[rid] = reason
+        self.reqs.end[rid] = self.t
+        self.on_finish(rid, self.t)
+        return rid

@@ -1,0 +1,486 @@
+"""``simulate()``: one load point on one server configuration, in virtual time.
+
+The driver around :mod:`core.simulate.engine`: it builds the memory plan and the cost model
+(the estimator's, so the simulator and the estimator never disagree about the hardware),
+draws the requests, plays the client (closed loop, open loop, open loop with a concurrency
+cap, warm-up), routes requests over data-parallel replicas, steps the replica whose clock
+is earliest, and turns what happened into the same :class:`RequestRecord` s and summary the
+real load client produces, every one labelled simulated.
+
+Infeasible configurations raise :class:`InfeasibleConfig` (a :class:`RunFailed`), exactly
+where a real vLLM would refuse to start: the model does not fit in memory (the memory
+plan's reason), more GPUs than the hardware has, heads that do not split over TP, or
+``max_num_batched_tokens`` below ``max_num_seqs``. ``.kind`` is ``"out of memory"`` or
+``"invalid configuration"``; the sweep stores the trial as failed with that kind and
+``.reason``.
+
+Client-side timing follows ``vllm bench serve``:
+
+- closed loop (``concurrency`` without ``request_rate``): ``concurrency`` requests at t = 0,
+  each next one sent the moment one completes; no scheduled time (no client queue);
+- open loop (``request_rate``): the schedule of :func:`arrival_times`; with a
+  ``concurrency`` cap, a request waits at the client for a free slot and its
+  ``scheduled_time`` keeps the schedule, so ``client_queue_time`` shows the wait;
+- ``load.duration_s``: no request is sent after it (those in flight finish);
+- warm-up (``workload.warmup``): that many requests run first at the same load and are not
+  recorded; the measured load point starts when they have all finished, with whatever they
+  left in the prefix cache (t = 0 of the records is that moment);
+- the API server's cost: a request reaches the engine ``request_overhead_s`` after it was
+  sent (HTTP, tokenization, queue ingest; this is part of TTFT) and the i-th streamed token
+  leaves ``i·output_token_overhead_s`` after its step (detokenize, stream).
+
+Prompts longer than ``max_model_len`` minus the output (vLLM answers HTTP 400) fail at
+once and are recorded with their error.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from core.errors import BadInput, RunFailed
+from core.estimate.costmodel import CostModel
+from core.estimate.memory import BLOCK_TOKENS, MemoryPlan, plan_memory
+from core.load.metrics import summarize
+from core.simulate.arrivals import arrival_times, sample_lengths
+from core.simulate.engine import BLOCK, DONE, FAILED, Replica, Requests
+from core.spec.hardware import Hardware
+from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
+from core.spec.records import RequestRecord
+from core.spec.serving import LoadPoint, ServerConfig
+from core.spec.workload import Workload
+
+assert BLOCK == BLOCK_TOKENS  # one block size for the memory plan and the scheduler
+
+ROUTERS = ("least-loaded", "round-robin")
+
+
+class InfeasibleConfig(RunFailed):
+    """The configuration cannot run: a real vLLM would refuse to start."""
+
+    def __init__(self, kind: str, reason: str, memory: MemoryPlan | None = None):
+        self.kind = kind  # "out of memory" | "invalid configuration"
+        self.reason = reason
+        self.memory = memory
+        super().__init__(f"{kind}: {reason}")
+
+
+@dataclass
+class SimResult:
+    """One simulated load point. Every number in it is simulated (``simulated`` is True)."""
+
+    records: list[RequestRecord]
+    duration_s: float  # first send to the last response (vLLM's ``duration``), virtual seconds
+    summary: dict  # core.load.metrics.summarize(...) plus "simulated": True
+    memory: MemoryPlan  # per replica
+    replicas: int
+    steps: int  # engine steps, all replicas
+    preemptions: int
+    prefix_hits: int  # admissions that found the shared prefix cached
+    kv_capacity_tokens: int  # per replica
+    peak_kv_usage: float  # highest fraction of a replica's KV blocks in use
+    busy_fraction: float  # time the engines spent stepping / (replicas × duration)
+    # Time series for the live panel (virtual seconds from the start of the load point),
+    # summed over replicas except kv_usage (the mean fraction of blocks in use).
+    timeseries: dict[str, np.ndarray] = field(default_factory=dict)
+    simulated: bool = True
+
+
+def _apply_quantization(arch: ModelArch, config: ServerConfig) -> ModelArch:
+    """A ``--quantization`` on the server overrides the checkpoint's weight format."""
+    q = (config.quantization or "").lower()
+    if not q or q == arch.quantization.method:
+        return arch
+    if q not in WEIGHT_BYTES:
+        raise BadInput(f"unknown quantization {config.quantization!r}", f"use one of {', '.join(WEIGHT_BYTES)}")
+    return arch.model_copy(update={"quantization": Quantization(method=q, scope=arch.quantization.scope)})
+
+
+def check_config(arch: ModelArch, hardware: Hardware, config: ServerConfig) -> MemoryPlan:
+    """The memory plan of one replica, or :class:`InfeasibleConfig` where vLLM would not start."""
+    if config.num_gpus > hardware.num_gpus:
+        raise InfeasibleConfig(
+            "invalid configuration",
+            f"needs {config.num_gpus} GPUs (TP{config.tp} x DP{config.dp}), {hardware.label} has {hardware.num_gpus}",
+        )
+    if arch.num_heads % config.tp:
+        raise InfeasibleConfig(
+            "invalid configuration", f"{arch.num_heads} attention heads do not split over TP{config.tp}"
+        )
+    if config.batched_tokens < config.seqs:
+        raise InfeasibleConfig(
+            "invalid configuration",
+            f"max_num_batched_tokens ({config.batched_tokens}) must be at least max_num_seqs ({config.seqs})",
+        )
+    mem = plan_memory(
+        arch,
+        hardware.gpu,
+        config.tp,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        max_model_len=config.max_model_len,
+        max_num_batched_tokens=config.batched_tokens,
+        max_num_seqs=config.seqs,
+        kv_dtype=config.kv_cache_dtype,
+    )
+    if not mem.fits:
+        raise InfeasibleConfig("out of memory", mem.reason or "does not fit", mem)
+    return mem
+
+
+class _Sim:
+    """The client, the router and the replicas of one load point."""
+
+    def __init__(self, reqs: Requests, replicas: list[Replica], cost: CostModel, max_len: int, router: str):
+        self.reqs = reqs
+        self.replicas = replicas
+        self.api_s = cost.request_overhead_s
+        self.tok_s = cost.output_token_overhead_s
+        self.max_len = max_len
+        self.router = router
+        self._rr = 0
+        self.events: list[tuple[float, int, int, int]] = []  # (time, tie, kind, rid)
+        self._tie = 0
+        n = len(reqs.P)
+        self.send = [math.nan] * n
+        self.sched: list[float | None] = [None] * n
+        self.client_end = [math.nan] * n  # when the client saw the last token (or the error)
+        self.in_flight = 0
+        self.cap = 1 << 62
+        self.client_queue: list[int] = []  # FIFO via index
+        self._cq_head = 0
+        self.next_closed: Callable[[float], None] | None = None
+        self.after_finish: Callable[[int, float], None] | None = None
+
+    # Event kinds: 0 = the schedule wants to send, 1 = the request reaches the engine,
+    # 2 = the client has received the whole response.
+    def push(self, t: float, kind: int, rid: int) -> None:
+        self._tie += 1
+        heapq.heappush(self.events, (t, self._tie, kind, rid))
+
+    def do_send(self, rid: int, t: float) -> None:
+        self.send[rid] = t
+        self.in_flight += 1
+        self.push(t + self.api_s, 1, rid)
+
+    def want_send(self, rid: int, t: float) -> None:
+        if self.in_flight < self.cap:
+            self.do_send(rid, t)
+        else:
+            self.client_queue.append(rid)
+
+    def arrive(self, rid: int, t: float) -> None:
+        R = self.reqs
+        if R.P[rid] + R.O[rid] > self.max_len:
+            R.state[rid] = FAILED
+            R.error[rid] = (
+                f"HTTP 400: prompt ({R.P[rid]} tokens) plus max_tokens ({R.O[rid]}) exceeds "
+                f"max_model_len {self.max_len}"
+            )
+            R.end[rid] = t
+            self.finished(rid, t)
+            return
+        reps = self.replicas
+        if len(reps) == 1:
+            rep = reps[0]
+        elif self.router == "round-robin":
+            rep = reps[self._rr % len(reps)]
+            self._rr += 1
+        else:  # least-loaded: fewest running + waiting, ties to the lowest index
+            rep = min(reps, key=Replica.load)
+        if not rep.has_work and rep.t < t:
+            rep.t = t  # an idle engine picks the request up at once
+        rep.enqueue(rid)
+
+    def finished(self, rid: int, t: float) -> None:
+        """A request completed or failed on the engine at engine time ``t``; the client
+        sees its last token (and frees its slot) once the API server has streamed it."""
+        R = self.reqs
+        end = t + R.O[rid] * self.tok_s if R.state[rid] == DONE else t
+        self.client_end[rid] = end
+        self.push(end, 2, rid)
+
+    def client_done(self, rid: int, end: float) -> None:
+        self.in_flight -= 1
+        if self.after_finish is not None:
+            self.after_finish(rid, end)
+        if self._cq_head < len(self.client_queue) and self.in_flight < self.cap:
+            nxt = self.client_queue[self._cq_head]
+            self._cq_head += 1
+            self.do_send(nxt, end)
+
+    def run(self, sample_dt: float, series: dict[str, list]) -> None:
+        events = self.events
+        reps = self.replicas
+        single = reps[0] if len(reps) == 1 else None
+        next_sample = 0.0
+        st, sr, sw, sk = series["t"], series["running"], series["waiting"], series["kv_usage"]
+        total_blocks = sum(r.total_blocks for r in reps)
+        pop = heapq.heappop
+        while True:
+            if single is not None:
+                rep = single if single.has_work else None
+            else:
+                rep = None
+                for r in reps:
+                    if r.has_work and (rep is None or r.t < rep.t):
+                        rep = r
+            if events and (rep is None or events[0][0] <= rep.t):
+                t, _, kind, rid = pop(events)
+                if kind == 0:
+                    self.want_send(rid, t)
+                elif kind == 1:
+                    self.arrive(rid, t)
+                else:
+                    self.client_done(rid, t)
+                continue
+            if rep is None:
+                break
+            if not rep.run_step():
+                # Nothing fits even on an empty engine: the head request can never run.
+                rep.fail_head("request needs more KV cache than the engine has")
+                continue
+            if rep.t >= next_sample:
+                next_sample = rep.t + sample_dt
+                st.append(rep.t)
+                if single is not None:
+                    sr.append(single.n_dec + len(single.prefilling))
+                    sw.append(len(single.waiting))
+                    sk.append((single.total_blocks - single.free) / single.total_blocks)
+                else:
+                    sr.append(sum(r.running for r in reps))
+                    sw.append(sum(len(r.waiting) for r in reps))
+                    sk.append(sum(r.used_blocks for r in reps) / total_blocks)
+
+
+_ONES: dict[int, np.ndarray] = {}
+
+
+def _ones(n: int) -> np.ndarray:
+    """A read-only array of n ones (one token per streamed chunk), shared between records."""
+    a = _ONES.get(n)
+    if a is None:
+        a = np.ones(n, dtype=np.int64)
+        a.flags.writeable = False
+        if len(_ONES) < 4096:
+            _ONES[n] = a
+    return a
+
+
+def simulate(
+    arch: ModelArch,
+    hardware: Hardware,
+    config: ServerConfig,
+    workload: Workload,
+    load: LoadPoint,
+    seed: int = 0,
+    *,
+    engine: str = "vllm",
+    engine_version: str | None = None,
+    router: str = "least-loaded",
+    sample_interval_s: float | None = None,
+) -> SimResult:
+    """Simulate one load point of ``workload`` on ``config`` (see the module docstring).
+
+    Deterministic: the same arguments and ``seed`` give the same records. ``router`` spreads
+    requests over ``config.dp`` replicas (``least-loaded``: fewest running + waiting, as
+    vLLM's data-parallel front end does; ``round-robin``: as a plain load balancer does).
+    ``sample_interval_s``: spacing of the time series (default: about 500 samples).
+    Raises :class:`InfeasibleConfig` where a real vLLM would not start.
+    """
+    return simulate_detailed(
+        arch, hardware, config, workload, load, seed,
+        engine=engine, engine_version=engine_version, router=router, sample_interval_s=sample_interval_s,
+    )[0]
+
+
+def simulate_detailed(
+    arch: ModelArch,
+    hardware: Hardware,
+    config: ServerConfig,
+    workload: Workload,
+    load: LoadPoint,
+    seed: int = 0,
+    *,
+    engine: str = "vllm",
+    engine_version: str | None = None,
+    router: str = "least-loaded",
+    sample_interval_s: float | None = None,
+) -> tuple[SimResult, list[Replica], Requests]:
+    """:func:`simulate`, also returning the replicas and the per-request state (for tests
+    and diagnostics)."""
+    if router not in ROUTERS:
+        raise BadInput(f"unknown router {router!r}", f"use one of {', '.join(ROUTERS)}")
+    arch = _apply_quantization(arch, config)
+    mem = check_config(arch, hardware, config)
+    cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
+
+    n = load.num_prompts or workload.num_prompts
+    warm = workload.warmup
+    total = warm + n
+    rng = np.random.default_rng([seed, workload.seed])
+    P = sample_lengths(workload.input, total, rng)
+    O = sample_lengths(workload.output, total, rng)
+    prefix = np.minimum(workload.shared_prefix_len, P) if workload.shared_prefix_len else np.zeros(total, np.int64)
+    reqs = Requests(P.tolist(), O.tolist(), prefix.tolist())
+
+    total_blocks = mem.kv_tokens // BLOCK
+    sim = _Sim(reqs, [], cost, mem.max_model_len, router)
+    sim.replicas = [
+        Replica(i, reqs, cost, total_blocks, config.seqs, config.batched_tokens, config.enable_prefix_caching, sim.finished)
+        for i in range(config.dp)
+    ]
+
+    # The client. Warm-up requests are ids [0, warm), measured ones [warm, total).
+    closed = load.request_rate is None
+    conc = load.concurrency
+    if conc is not None:
+        sim.cap = conc
+    send_until = load.duration_s if load.duration_s is not None else math.inf
+    if closed:
+        schedule = None
+    else:
+        schedule = arrival_times(n, load.request_rate, load.arrival, load.burstiness, rng)
+        warm_schedule = arrival_times(warm, load.request_rate, load.arrival, load.burstiness, rng) if warm else None
+
+    state = {"origin": 0.0, "next": warm, "warm_left": warm, "busy0": 0.0}
+
+    def start_measured(t0: float) -> None:
+        state["origin"] = t0
+        state["busy0"] = sum(r.busy_s for r in sim.replicas)  # warm-up work is not measured
+        if closed:
+            first = min(conc, n)
+            for rid in range(warm, warm + first):
+                sim.push(t0, 0, rid)
+            state["next"] = warm + first
+        else:
+            for i, ts in enumerate(schedule):
+                if ts > send_until:
+                    break
+                sim.sched[warm + i] = t0 + float(ts)
+                sim.push(t0 + float(ts), 0, warm + i)
+
+    def after_finish(rid: int, end: float) -> None:
+        if rid < warm:
+            state["warm_left"] -= 1
+            if closed and state["next"] < warm:
+                sim.push(end, 0, state["next"])
+                state["next"] += 1
+            if state["warm_left"] == 0:
+                start_measured(end)
+            return
+        if closed and state["next"] < total and end - state["origin"] <= send_until:
+            sim.push(end, 0, state["next"])
+            state["next"] += 1
+
+    sim.after_finish = after_finish
+    if warm:
+        if closed:
+            for rid in range(min(conc, warm)):
+                sim.push(0.0, 0, rid)
+            state["next"] = min(conc, warm)
+        else:
+            for i, ts in enumerate(warm_schedule):
+                sim.push(float(ts), 0, i)
+    else:
+        start_measured(0.0)
+
+    # Time-series spacing: about 500 samples over a rough guess of the run's length.
+    if sample_interval_s is None:
+        guess = cost.step_seconds(0, 0, 0, 1, 1024) * float(O.mean()) * max(1.0, n / max(conc or 64, 1))
+        sample_interval_s = max(guess / 500.0, 1e-3)
+    series: dict[str, list] = {"t": [], "running": [], "waiting": [], "kv_usage": []}
+    sim.run(sample_interval_s, series)
+
+    return _result(sim, reqs, warm, total, state["origin"], state["busy0"], mem, series), sim.replicas, reqs
+
+
+def _result(
+    sim: _Sim, reqs: Requests, warm: int, total: int, origin: float, busy0: float, mem: MemoryPlan, series
+) -> SimResult:
+    tok_s = sim.tok_s
+    ends = [np.asarray(r.step_ends) for r in sim.replicas]
+    records: list[RequestRecord] = []
+    append = records.append
+    last = 0.0
+    for rid in range(warm, total):
+        if math.isnan(sim.send[rid]):
+            continue  # never sent (the load point's duration ran out)
+        send = sim.send[rid] - origin
+        sched = sim.sched[rid]
+        rec_sched = None if sched is None else sched - origin
+        st = reqs.state[rid]
+        if st == DONE:
+            e = ends[reqs.replica[rid]]
+            segs = reqs.segs[rid]
+            if len(segs) == 1:
+                a, k = segs[0]
+                times = e[a : a + k]
+            else:
+                times = np.concatenate([e[a : a + k] for a, k in segs])
+            m = times.shape[0]
+            # Same operations, in the same order, as the client's end time in _Sim.finished,
+            # so the next closed-loop send is bit-for-bit the previous request's end.
+            if tok_s:
+                times = times + tok_s * np.arange(1, m + 1)
+            times = times - origin
+            end = float(times[-1])
+            append(
+                RequestRecord(
+                    index=rid - warm,
+                    send_time=send,
+                    scheduled_time=rec_sched,
+                    input_tokens=reqs.P[rid],
+                    output_tokens=m,
+                    chunk_times=times,
+                    chunk_tokens=_ones(m),
+                    end_time=end,
+                    simulated=True,
+                )
+            )
+        else:
+            end = sim.client_end[rid] - origin if not math.isnan(sim.client_end[rid]) else send
+            append(
+                RequestRecord(
+                    index=rid - warm,
+                    send_time=send,
+                    scheduled_time=rec_sched,
+                    input_tokens=reqs.P[rid],
+                    output_tokens=0,
+                    end_time=end if st == FAILED else None,
+                    error=reqs.error[rid] or "not completed",
+                    simulated=True,
+                )
+            )
+        if end > last:
+            last = end
+    duration = last
+    summary = summarize(records, duration)
+    summary["simulated"] = True
+    reps = sim.replicas
+    blocks = reps[0].total_blocks if reps else 1
+    t = np.asarray(series["t"]) - origin
+    keep = t >= 0
+    busy = sum(r.busy_s for r in reps) - busy0
+    return SimResult(
+        records=records,
+        duration_s=duration,
+        summary=summary,
+        memory=mem,
+        replicas=len(reps),
+        steps=sum(r.step for r in reps),
+        preemptions=sum(r.preemptions for r in reps),
+        prefix_hits=sum(r.prefix_hits for r in reps),
+        kv_capacity_tokens=mem.kv_tokens,
+        peak_kv_usage=max((r.peak_used for r in reps), default=0) / max(blocks, 1),
+        busy_fraction=busy / (len(reps) * duration) if duration > 0 else 0.0,
+        timeseries={
+            "t": t[keep],
+            "running": np.asarray(series["running"], dtype=np.int64)[keep],
+            "waiting": np.asarray(series["waiting"], dtype=np.int64)[keep],
+            "kv_usage": np.asarray(series["kv_usage"], dtype=np.float64)[keep],
+        },
+    )
