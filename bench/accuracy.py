@@ -1,0 +1,296 @@
+"""How close knee's estimate comes to published serving measurements, beside llm-optimizer's.
+
+    python -m bench.accuracy PATH [--json] [--quiet]
+
+PATH is a JSONL file in the schema of ``shared/calibration/measurements.jsonl`` (its README
+describes the fields). Each row is predicted by knee's :class:`core.estimate.Predictor` and
+by llm-optimizer's formulas (:mod:`bench.llm_optimizer_formulas`); the report prints
+predicted against measured per row, then the median absolute percentage error (APE) per
+metric — TTFT, ITL (TPOT), E2E, req/s, output tok/s — overall, by GPU and by engine, and
+llm-optimizer's on the rows it can predict, with knee's on those same rows. The last line is
+a one-line summary.
+
+How a row becomes a prediction (the same for every row; nothing is fitted per row):
+
+- model: ``architecture_of`` when present, else ``model``; rows whose architecture has no
+  bundled config are skipped and counted. Precision and KV dtype from the row (KV null →
+  ``auto``).
+- engine and version: the row's, through the engine profiles of ``calibration.toml``
+  (vLLM < 0.6 → the legacy profile; a null vLLM version → current vLLM).
+- server knobs stated in the row's notes (``max_num_batched_tokens``, ``max_num_seqs``,
+  ``max_model_len``, ``gpu_memory_utilization``) are applied, since they describe the server
+  that was measured; everything else takes the engine's defaults.
+- lengths: the row's; where the source gives none (ShareGPT runs), the ShareGPT means with a
+  Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run).
+- mode: ``online-concurrency`` → closed loop at that concurrency (split over replicas);
+  ``online-rate`` → open loop at that rate; ``offline-max-throughput`` → everything submitted
+  at once (``batch_size`` prompts if given, else the prompt count in the notes, else 1000);
+  ``single-request`` → one request (or the static batch given).
+- statistic: ``median``/``p50`` rows are compared with knee's p50, the rest with its mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from bench import llm_optimizer_formulas as lo
+
+METRICS = ("ttft_ms", "itl_ms", "e2e_s", "req_per_s", "output_tok_per_s")
+LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
+SHAREGPT_IN, SHAREGPT_OUT = 230.969, 194.523  # KubeAI, 1000 ShareGPT prompts, Llama-3 tokenizer
+
+_KNOBS = {
+    "max_num_batched_tokens": re.compile(r"max[_-]num[_-]batched[_-]tokens?[= ](\d+)"),
+    "max_num_seqs": re.compile(r"max[_-]num[_-]seqs[= ](\d+)"),
+    "max_model_len": re.compile(r"max[_-]model[_-]len[= ](\d+)"),
+    "gpu_memory_utilization": re.compile(r"gpu[_-]memory[_-]utilization[= ]([0-9.]+)"),
+}
+_PROMPTS = re.compile(r"(\d[\d,]*) (?:ShareGPT )?prompts")
+
+
+def _knobs(notes: str) -> dict:
+    out = {}
+    for k, rx in _KNOBS.items():
+        m = rx.search(notes or "")
+        if m:
+            out[k] = float(m.group(1)) if k == "gpu_memory_utilization" else int(m.group(1))
+    return out
+
+
+def _ape(pred: float | None, meas: float | None) -> float | None:
+    if pred is None or meas is None or meas == 0 or not math.isfinite(pred):
+        return None
+    return abs(pred - meas) / abs(meas)
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def predict_knee(row: dict, arch, cfg_dict: dict) -> dict:
+    from core.catalog import get_gpu
+    from core.estimate.predict import Predictor
+    from core.spec.workload import Workload
+
+    w = row["workload"]
+    i = w.get("input_len") or SHAREGPT_IN
+    o = w.get("output_len") or SHAREGPT_OUT
+    knobs = _knobs(row.get("notes", ""))
+    gmu = knobs.pop("gpu_memory_utilization", 0.9)
+    mml = knobs.pop("max_model_len", None)
+    m = _PROMPTS.search(row.get("notes", ""))
+    n_prompts = int(m.group(1).replace(",", "")) if m else None
+    workload = Workload.fixed(1, 1).model_copy(
+        update={"input": Workload.fixed(1, 1).input.model_copy(update={"mean": float(i)}), "output": Workload.fixed(1, 1).output.model_copy(update={"mean": float(o)})}
+    )
+    kv = row.get("kv_dtype") or "auto"
+    p = Predictor(
+        arch,
+        get_gpu(row["gpu"]),
+        workload,
+        kv_dtype=kv,
+        engine=row.get("engine") or "vllm",
+        engine_version=row.get("engine_version"),
+        gpu_memory_utilization=gmu,
+        max_model_len=mml,
+    )
+    tp = int(row.get("tp") or 1)
+    dp = int(row.get("replicas") or max(1, int(row.get("num_gpus") or 1) // tp))
+    cfg = p.config(tp, dp, **knobs)
+    mode = w.get("mode")
+    if mode == "online-concurrency":
+        pred = p.predict(cfg, concurrency=float(w["concurrency"]))
+    elif mode == "online-rate":
+        pred = p.predict(cfg, request_rate=float(w["request_rate"]), concurrency=w.get("concurrency"), num_prompts=n_prompts)
+    elif mode == "offline-max-throughput":
+        pred = p.max_throughput(cfg, num_prompts=int(w.get("batch_size") or n_prompts or 1000))
+    elif mode == "single-request":
+        b = int(w.get("batch_size") or 1)
+        pred = p.max_throughput(cfg, num_prompts=b) if b > 1 else p.predict(cfg, concurrency=1)
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    stat = "p50" if row.get("stat") in ("median", "p50") else "mean"
+    return {
+        "ttft_ms": pred.ttft_ms.get(stat),
+        "itl_ms": pred.itl_ms.get(stat),
+        "e2e_s": pred.e2e_s.get(stat),
+        "req_per_s": pred.req_per_s,
+        "output_tok_per_s": pred.output_tok_per_s,
+    }
+
+
+def predict_lo(row: dict, cfg_dict: dict) -> dict:
+    w = row["workload"]
+    i = w.get("input_len") or SHAREGPT_IN
+    o = w.get("output_len") or SHAREGPT_OUT
+    r = lo.predict_row(lo.model_from_config(cfg_dict), row, i, o)
+    f = lo.STAT_FACTOR.get(row.get("stat"), 1.0)
+    return {"ttft_ms": r.ttft_ms * f, "itl_ms": r.itl_ms * f, "e2e_s": r.e2e_s * f, "req_per_s": r.req_per_s, "output_tok_per_s": r.output_tok_per_s}
+
+
+def run(path: str) -> dict:
+    from core.catalog.models import _bundled_config, arch_from_config
+    from core.errors import KneeError
+
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    results, skipped = [], []
+    for row in rows:
+        ref = row.get("architecture_of") or row["model"]
+        cfg = _bundled_config(ref)
+        if cfg is None:
+            skipped.append({"id": row["id"], "reason": f"no bundled config for {ref}"})
+            continue
+        arch = arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))
+        meas = {k: row["metrics"].get(k) for k in METRICS}
+        try:
+            kn = predict_knee(row, arch, cfg)
+            kn_err = None
+        except KneeError as e:
+            kn, kn_err = {}, str(e)
+        try:
+            lp = predict_lo(row, dict(cfg))
+            lo_err = None
+        except (lo.Unsupported, KeyError, ZeroDivisionError) as e:
+            lp, lo_err = {}, str(e)
+        results.append({
+            "id": row["id"],
+            "gpu": row["gpu"],
+            "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
+            "engine_name": row.get("engine"),
+            "mode": row["workload"].get("mode"),
+            "measured": meas,
+            "knee": kn,
+            "knee_error": kn_err,
+            "llm_optimizer": lp,
+            "llm_optimizer_error": lo_err,
+            "ape_knee": {k: _ape(kn.get(k), meas[k]) for k in METRICS},
+            "ape_lo": {k: _ape(lp.get(k), meas[k]) for k in METRICS},
+        })
+    return {"rows": results, "skipped": skipped, "summary": summarize(results, skipped, len(rows))}
+
+
+def _medians(results, key: str, only=None) -> dict[str, float | None]:
+    out = {}
+    for m in METRICS:
+        xs = [r[key][m] for r in results if r[key][m] is not None and (only is None or only(r, m))]
+        out[m] = _median(xs)
+        out[m + "_n"] = len(xs)
+    return out
+
+
+def summarize(results, skipped, total) -> dict:
+    covered_lo = lambda r, m: r["ape_lo"][m] is not None  # noqa: E731
+    s = {
+        "rows": total,
+        "predicted": sum(1 for r in results if r["knee"]),
+        "skipped": len(skipped),
+        "llm_optimizer_covered": sum(1 for r in results if r["llm_optimizer"]),
+        "knee": _medians(results, "ape_knee"),
+        "knee_on_lo_rows": _medians(results, "ape_knee", covered_lo),
+        "llm_optimizer": _medians(results, "ape_lo"),
+        "by_gpu": {},
+        "by_engine": {},
+    }
+    for group, field in (("by_gpu", "gpu"), ("by_engine", "engine_name")):
+        keys = sorted({r[field] for r in results})
+        for k in keys:
+            sub = [r for r in results if r[field] == k]
+            s[group][k] = {"rows": len(sub), "knee": _medians(sub, "ape_knee"), "llm_optimizer": _medians(sub, "ape_lo")}
+    return s
+
+
+def _fmt(v, metric=None) -> str:
+    if v is None:
+        return "-"
+    if metric == "ttft_ms" or metric == "itl_ms":
+        return f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+    if metric == "e2e_s":
+        return f"{v:.2f}"
+    if metric == "req_per_s":
+        return f"{v:.2f}"
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def print_report(rep: dict, quiet: bool = False) -> None:
+    s = rep["summary"]
+    if not quiet:
+        print("Per row: measured | knee | llm-optimizer  (APE knee / llm-optimizer)")
+        for r in rep["rows"]:
+            parts = []
+            for m in METRICS:
+                if r["measured"][m] is None:
+                    continue
+                parts.append(
+                    f"{LABELS[m]} {_fmt(r['measured'][m], m)} | {_fmt(r['knee'].get(m), m)} | {_fmt(r['llm_optimizer'].get(m), m)}"
+                    f" ({_pct(r['ape_knee'][m])}/{_pct(r['ape_lo'][m])})"
+                )
+            why = f"  [llm-optimizer: {r['llm_optimizer_error']}]" if r["llm_optimizer_error"] else ""
+            why += f"  [knee: {r['knee_error']}]" if r["knee_error"] else ""
+            print(f"  {r['id']:11} {r['gpu']:9} {r['engine']:18} {r['mode'][:14]:14} " + "; ".join(parts) + why)
+        if rep["skipped"]:
+            print(f"Skipped {len(rep['skipped'])} rows (no bundled model config): " + ", ".join(x["id"] for x in rep["skipped"]))
+        print()
+
+    def line(name, med):
+        return f"  {name:34}" + "".join(f"{_pct(med[m]):>8} ({med[m + '_n']:>2})" for m in METRICS)
+
+    print("Median APE (rows)                   " + "".join(f"{LABELS[m]:>13}" for m in METRICS))
+    print(line("knee, every predicted row", s["knee"]))
+    print(line("knee, rows llm-optimizer covers", s["knee_on_lo_rows"]))
+    print(line("llm-optimizer formulas", s["llm_optimizer"]))
+    for group, title in (("by_gpu", "GPU"), ("by_engine", "engine")):
+        print(f"By {title} (knee / llm-optimizer)")
+        for k, v in s[group].items():
+            cells = "".join(f"{_pct(v['knee'][m]):>6}/{_pct(v['llm_optimizer'][m]):<6}" for m in METRICS)
+            print(f"  {k:14} {v['rows']:>3} rows  {cells}")
+    print(
+        f"Coverage: {s['rows']} rows, {s['predicted']} predicted by knee, {s['skipped']} skipped (no bundled config); "
+        f"llm-optimizer predicts {s['llm_optimizer_covered']} (no L4/A10G, no FP8 on A100, L40S read as L40, "
+        "rows its memory check rejects)"
+    )
+    k, l, kl = s["knee"], s["llm_optimizer"], s["knee_on_lo_rows"]
+    ratio = [l[m] / kl[m] for m in METRICS if l[m] and kl[m]]
+    print(
+        "SUMMARY knee median APE: "
+        + ", ".join(f"{LABELS[m]} {_pct(k[m])}" for m in METRICS)
+        + f" on {s['predicted']} rows ({s['skipped']} skipped) | llm-optimizer: "
+        + ", ".join(f"{LABELS[m]} {_pct(l[m])}" for m in METRICS)
+        + f" on {s['llm_optimizer_covered']} rows | knee is {min(ratio):.1f}-{max(ratio):.1f}x lower on the same rows"
+        if ratio
+        else ""
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
+    ap.add_argument("path")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="summaries only")
+    a = ap.parse_args(argv)
+    if not Path(a.path).exists():
+        print(f"bench.accuracy: {a.path} does not exist", file=sys.stderr)
+        return 2
+    rep = run(a.path)
+    if a.json:
+        json.dump(rep, sys.stdout, indent=1, default=str)
+        print()
+        s = rep["summary"]
+        print("SUMMARY " + json.dumps({"knee": s["knee"], "llm_optimizer": s["llm_optimizer"]}, default=str))
+    else:
+        print_report(rep, a.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
