@@ -1,12 +1,171 @@
-"""`knee results` (being built; see the issue that owns it)."""
+"""`knee results`: a study's load points, the best configuration under the SLOs, the Pareto
+frontier over any two metrics and its knee; exports (json, jsonl, csv, llm-optimizer)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+from core.errors import BadInput
 
 
 def register(sub) -> None:
-    p = sub.add_parser("results", help="(not built yet)")
+    p = sub.add_parser("results", help="show a study: best config, Pareto frontier, knee; export")
+    p.add_argument("--study", help="study name (default: the latest)")
+    p.add_argument("--list", action="store_true", help="list the studies in the store")
+    p.add_argument("--pareto", metavar="X,Y", help="frontier over two metrics, e.g. output_throughput,p99_e2el_ms (default) or tokens_per_s_per_user,output_throughput_per_gpu")
+    p.add_argument("--objective", choices=["throughput", "throughput_per_gpu", "goodput", "latency", "cost"], help="what 'best' means (default: the study's)")
+    p.add_argument("--constraints", help="override the study's SLOs for 'best'")
+    p.add_argument("--export", metavar="FILE", help="write the study to FILE")
+    p.add_argument("--format", choices=["json", "jsonl", "csv", "llm-optimizer"], help="export format (default from FILE's suffix)")
+    p.add_argument("--workspace", help="directory of the study store (default .knee)")
+    p.add_argument("--storage", help="study store path or SQLAlchemy URL")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from core.errors import KneeError
+def _fmt(v: Any, digits: int = 1) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
 
-    raise KneeError("knee results is not built yet")
+
+def analyze(store, study: str, pareto_axes: str | None = None, objective: str | None = None, constraints: str | None = None) -> dict[str, Any]:
+    """Everything `knee results` shows, as a dict (the TUI's results screen can use it too)."""
+    from core.results.analysis import best, knee, pareto, resolve_metric
+    from core.results.io import study_meta
+    from core.spec.slo import parse_constraints
+
+    row = store.study(study)
+    if row is None:
+        raise BadInput(f"no study named {study!r}", "see knee results --list")
+    meta = study_meta(store, study)
+    spec_obj = None
+    if row.get("spec"):
+        from core.spec.study import SweepSpec
+
+        spec_obj = SweepSpec.model_validate_json(row["spec"])
+    slo = parse_constraints(constraints if constraints is not None else meta.get("constraints"))
+    objective = objective or (spec_obj.objective if spec_obj else "throughput")
+    points = store.points(study)
+    x, y = ("output_throughput", "p99_e2el_ms")
+    if pareto_axes:
+        parts = [s for s in pareto_axes.split(",") if s.strip()]
+        if len(parts) != 2:
+            raise BadInput(f"--pareto takes two metrics X,Y, got {pareto_axes!r}")
+        x, y = resolve_metric(parts[0]), resolve_metric(parts[1])
+    price = (row.get("info") or {}).get("price_per_gpu_hour")
+    front = pareto(points, x, y)
+    k = knee(front, x, y)
+    b = best(points, objective, slo, price)
+    trials = store.trials(study)
+    return {
+        "study": study,
+        "model": row["model"],
+        "status": row["status"],
+        "source": row["source"],
+        "simulated": any(p.simulated for p in points),
+        "constraints": str(slo),
+        "objective": objective,
+        "points": points,
+        "trials": trials,
+        "pareto": {"x": x, "y": y, "points": front, "knee": k},
+        "best": b,
+    }
+
+
+def run(args) -> int:
+    from core.results.io import export
+    from core.results.store import StudyStore, default_storage
+
+    store = StudyStore(args.storage or default_storage(args.workspace), create=False)
+    if args.list:
+        studies = store.studies()
+        if args.json:
+            from tui.cli.common import print_json
+
+            print_json([{k: s[k] for k in ("name", "model", "status", "source", "created_at")} | {"points": len(store.points(s["name"]))} for s in studies])
+        else:
+            for s in studies:
+                print(f"{s['name']:40} {s['model']:30} {s['status']:12} {len(store.points(s['name'])):4} points  ({s['source']})")
+        return 0
+    study = args.study or store.latest_study()
+    if not study:
+        raise BadInput("the study store is empty", "run knee sweep or knee import first")
+    if args.export:
+        fmt = args.format or {".json": "json", ".jsonl": "jsonl", ".csv": "csv"}.get(_suffix(args.export))
+        if fmt is None:
+            raise BadInput(f"cannot tell the format of {args.export}", "pass --format json|jsonl|csv|llm-optimizer")
+        export(store, study, fmt, args.export)
+        print(f"knee: wrote {args.export} ({fmt})", file=sys.stderr)
+        return 0
+    a = analyze(store, study, args.pareto, args.objective, args.constraints)
+    if args.json:
+        from tui.cli.common import print_json
+
+        def pt(p):
+            return None if p is None else {"point_id": p.point_id, "trial_id": p.trial_id, "server_args": p.server_args, "client_args": p.client_args, "summary": p.summary, "status": p.status, "reason": p.reason, "meets_slo": p.meets_slo, "simulated": p.simulated, "cmd": p.cmd}
+
+        print_json({
+            "study": a["study"], "model": a["model"], "status": a["status"], "simulated": a["simulated"],
+            "constraints": a["constraints"], "objective": a["objective"],
+            "best": pt(a["best"]),
+            "pareto": {"x": a["pareto"]["x"], "y": a["pareto"]["y"], "points": [pt(p) for p in a["pareto"]["points"]], "knee": pt(a["pareto"]["knee"])},
+            "trials": [t.model_dump(mode="json") for t in a["trials"]],
+            "points": [pt(p) for p in a["points"]],
+        })
+        return 0
+    _print_text(a)
+    return 0
+
+
+def _suffix(path: str) -> str:
+    from pathlib import Path
+
+    return Path(path).suffix.lower()
+
+
+def _print_text(a: dict[str, Any]) -> None:
+    sim = " [SIMULATED]" if a["simulated"] else ""
+    print(f"study {a['study']}: {a['model']} ({a['status']}, {a['source']}){sim}")
+    print(f"constraints: {a['constraints'] or '(none)'}   objective: {a['objective']}")
+    points = a["points"]
+    sargs = sorted({k for p in points for k in p.server_args})
+    cargs = sorted({k for p in points for k in p.client_args if k in ("max_concurrency", "request_rate")})
+    header = ["trial"] + sargs + cargs + ["status", "out tok/s", "req/s", "TTFT ms", "p99 E2E s", "SLO"]
+    rows = []
+    for p in points:
+        s = p.summary
+        e2e = s.get("p99_e2el_ms")
+        rows.append(
+            [str(p.trial_id)] + [_fmt(p.server_args.get(k)) for k in sargs] + [_fmt(p.client_args.get(k)) for k in cargs]
+            + [p.status if p.status == "ok" else f"FAILED ({(p.reason or '').split(':', 1)[0]})", _fmt(s.get("output_throughput")), _fmt(s.get("request_throughput"), 2), _fmt(s.get("mean_ttft_ms"), 0), _fmt(e2e / 1000 if isinstance(e2e, (int, float)) else None), "ok" if p.meets_slo else ("-" if p.meets_slo is None else "miss")]
+        )
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    b = a["best"]
+    if b is not None:
+        print(f"best ({a['objective']} under the constraints): trial {b.trial_id} {b.server_args} at {b.client_args.get('max_concurrency', b.client_args.get('request_rate', ''))}: {_fmt(b.summary.get('output_throughput'))} tok/s, p99 E2E {_fmt((b.summary.get('p99_e2el_ms') or float('nan')) / 1000)} s")
+        if b.cmd:
+            print(f"  command: {b.cmd}")
+    else:
+        print("best: no load point meets the constraints")
+    par = a["pareto"]
+    print(f"Pareto frontier ({par['x']} vs {par['y']}): {len(par['points'])} points")
+    for p in par["points"]:
+        mark = "  <- knee" if par["knee"] is not None and p.point_id == par["knee"].point_id else ""
+        print(f"  trial {p.trial_id} {p.server_args} {p.client_args.get('max_concurrency', '')}: {par['x']}={_fmt(_v(p, par['x']))} {par['y']}={_fmt(_v(p, par['y']))}{mark}")
+    failed = [t for t in a["trials"] if t.status in ("failed", "skipped")]
+    for t in failed:
+        print(f"{t.status}: trial {t.trial_id} {t.server_args}: {(t.reason or '').splitlines()[0] if t.reason else ''}")
+
+
+def _v(p, key):
+    from core.results.analysis import metric_value
+
+    return metric_value(p, key)

@@ -1,12 +1,364 @@
-"""`knee sweep` (being built; see the issue that owns it)."""
+"""`knee sweep`: measure serving configurations (llm-optimizer's flags, or a sweep file).
+
+Runs the sweep runner in this process with a plain progress display on stderr, or with
+``--detach`` as its own process that ``knee attach`` (and the TUI) follow. Every finished
+load point is in the study store (``.knee/knee.db``) before the next starts; ``--resume``
+runs only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from core.errors import BadInput, RunFailed
+
+DEMO_INSTANCE = "ml.g6.12xlarge"
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sweep", help="(not built yet)")
+    p = sub.add_parser(
+        "sweep",
+        help="measure server configurations x load points (grid, adaptive or SLA search)",
+        description="Sweep server args x client args on a real engine or the simulator. "
+        "Grammar: llm-optimizer's --server-args/--client-args/--constraints.",
+    )
+    p.add_argument("--sweep-file", "-f", help="TOML sweep file (knee's own format); flags override its keys")
+    p.add_argument("--model", help="HF model id or local path")
+    p.add_argument("--framework", choices=["vllm", "sglang"], help="server framework (llm-optimizer's flag)")
+    p.add_argument("--engine", choices=["auto", "vllm", "sglang", "custom", "external", "sim"], default=None, help="auto (default): the framework on a GPU box, the simulator without GPUs")
+    p.add_argument("--server-cmd", help="custom launch command template ({model} {host} {port} {api_key})")
+    p.add_argument("--python", help="run vLLM as PYTHON -m vllm.entrypoints.openai.api_server")
+    p.add_argument("--executable", help="the vllm executable (default: vllm)")
+    p.add_argument("--container", help="wrap the launch command, e.g. 'docker run --rm --gpus all --network host IMAGE'")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment for the server (repeatable)")
+    p.add_argument("--url", help="external engine: benchmark a server someone else runs")
+    p.add_argument("--server-args", action="append", help="e.g. 'tensor_parallel_size=[1,2];max_num_seqs=[64,128]' (repeatable)")
+    p.add_argument("--client-args", action="append", help="e.g. 'max_concurrency=[32,64];num_prompts=1000' (repeatable)")
+    p.add_argument("--constraints", help="SLOs, e.g. 'ttft:p95<500ms;e2e_latency:p99<60s'")
+    p.add_argument("--instance", help=f"SageMaker instance type for the simulator, estimator and cost (default without GPUs: {DEMO_INSTANCE})")
+    p.add_argument("--gpu", help="GPU type (e.g. L4, H100) instead of --instance")
+    p.add_argument("--num-gpus", type=int, help="GPU count with --gpu")
+    p.add_argument("--gpus", help="GPUs the sweep may use: a count or a list like 0,1,2,3 (pinned per trial with CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--input-len", type=int, help="prompt tokens when the client args do not say (default 1024)")
+    p.add_argument("--output-len", type=int, help="output tokens when the client args do not say (default 512)")
+    p.add_argument("--strategy", choices=["grid", "adaptive", "sla"], help="grid (default), adaptive (estimator-guided), sla (highest load meeting the SLOs)")
+    p.add_argument("--objective", choices=["throughput", "throughput_per_gpu", "goodput", "latency", "cost"], help="what 'best' means (default throughput)")
+    p.add_argument("--sla-knob", choices=["max_concurrency", "request_rate"], help="the load knob SLA search moves")
+    p.add_argument("--study", help="study name (default: model-date-time)")
+    p.add_argument("--resume", "--continue", "-c", action="store_true", help="continue a study: run only the load points not stored yet")
+    p.add_argument("--workspace", help="directory of the study store and logs (default .knee, or $KNEE_WORKSPACE)")
+    p.add_argument("--storage", help="study store: a SQLite path or any SQLAlchemy URL (e.g. postgresql://...)")
+    p.add_argument("--output-json", help="llm-optimizer output: appends each run to PATH.jsonl and writes the aggregated PATH at the end")
+    p.add_argument("--dry-run", action="store_true", help="print the planned trials and load points, run nothing")
+    p.add_argument("--detach", action="store_true", help="run the sweep as its own process and return; follow it with knee attach")
+    p.add_argument("--host", default="127.0.0.1", help="bind address of the servers knee starts (loopback only)")
+    p.add_argument("--port", type=int, help="fixed server port (default: a free port per launch)")
+    p.add_argument("--ready-endpoint", help="readiness path (default /health)")
+    p.add_argument("--start-timeout", type=float, help="seconds a server may take to become ready (default 900)")
+    p.add_argument("--request-timeout", type=float, help="seconds one request may take (default 600)")
+    p.add_argument("--rest", type=float, help="seconds to pause between server launches (default 0)")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from core.errors import KneeError
+def _parse_gpus(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    t = text.replace(" ", "")
+    try:
+        if "," in t:
+            return [int(x) for x in t.split(",") if x]
+        n = int(t)
+    except ValueError:
+        raise BadInput(f"--gpus takes a count or a list like 0,1,2,3, got {text!r}") from None
+    if n < 1:
+        raise BadInput(f"--gpus must be at least 1, got {n}")
+    return list(range(n))
 
-    raise KneeError("knee sweep is not built yet")
+
+def _env(items: list[str]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k:
+            raise BadInput(f"--env takes KEY=VALUE, got {it!r}")
+        out[k] = v
+    return out
+
+
+def _storage(args) -> str:
+    from core.results.store import default_storage
+
+    return args.storage or default_storage(args.workspace)
+
+
+def build_spec_from_args(args):
+    """The SweepSpec from flags and/or a sweep file (flags win)."""
+    from core.serve.engines import detect_gpus
+    from core.spec.study import EngineSpec
+    from core.sweep import build_spec
+    from core.sweep.space import read_sweep_file
+
+    file_kw: dict[str, Any] = read_sweep_file(args.sweep_file) if args.sweep_file else {}
+    engine_tbl = file_kw.pop("engine", {}) or {}
+    if isinstance(engine_tbl, str):
+        engine_tbl = {"kind": engine_tbl}
+    sla_tbl = file_kw.pop("sla", {}) or {}
+    model = args.model or file_kw.pop("model", None)
+    file_kw.pop("model", None)
+    if not model:
+        raise BadInput("no model given", "pass --model (or model = ... in the sweep file)")
+    framework = args.framework or file_kw.pop("framework", None)
+    file_kw.pop("framework", None)
+    gpus = _parse_gpus(args.gpus) if args.gpus else engine_tbl.get("gpus")
+    kind = args.engine or engine_tbl.get("kind") or "auto"
+    notices = []
+    if kind == "auto":
+        if args.server_cmd or engine_tbl.get("command"):
+            kind = "custom"
+        elif args.url or engine_tbl.get("url"):
+            kind = "external"
+        elif framework and (gpus or detect_gpus()):
+            kind = framework
+        elif framework or args.python or args.executable:
+            kind = "sim"
+            notices.append(f"no GPU found: running {framework or 'vllm'} on the simulator (every number is simulated; --engine {framework or 'vllm'} forces a real server)")
+        else:
+            kind = "sim"
+    instance = args.instance or file_kw.pop("instance", None)
+    gpu_type = args.gpu or file_kw.pop("gpu", None)
+    num_gpus = args.num_gpus or file_kw.pop("num_gpus", None)
+    file_kw.pop("instance", None), file_kw.pop("gpu", None), file_kw.pop("num_gpus", None)
+    if not instance and not gpu_type and kind == "sim":
+        instance = DEMO_INSTANCE
+        notices.append(f"no hardware given: simulating {DEMO_INSTANCE} (4x L4); pass --instance or --gpu/--num-gpus")
+    if gpu_type and not num_gpus and gpus:
+        num_gpus = len(gpus)
+    eng_kw = {k: v for k, v in engine_tbl.items() if k != "kind"}
+    for flag, key in (("server_cmd", "command"), ("python", "python"), ("executable", "executable"), ("container", "container"), ("url", "url"), ("port", "port"), ("ready_endpoint", "ready_endpoint"), ("start_timeout", "start_timeout_s"), ("request_timeout", "request_timeout_s")):
+        v = getattr(args, flag)
+        if v is not None:
+            eng_kw[key] = v
+    env = dict(eng_kw.pop("env", {}) or {})
+    env.update(_env(args.env))
+    eng_kw["host"] = args.host
+    if gpus is not None:
+        eng_kw["gpus"] = gpus
+    try:
+        engine = EngineSpec(kind=kind, env=env, **eng_kw)
+    except Exception as e:
+        raise BadInput(f"bad engine settings: {e}") from None
+    kw: dict[str, Any] = {}
+    for key in ("input_len", "output_len", "strategy", "objective", "warmup", "seed", "rest_s", "max_error_fraction"):
+        if key in file_kw:
+            kw[key] = file_kw[key]
+    for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("strategy", "strategy"), ("objective", "objective"), ("rest", "rest_s"), ("sla_knob", "sla_knob")):
+        v = getattr(args, flag)
+        if v is not None:
+            kw[key] = v
+    for k, v in sla_tbl.items():
+        kw[{"knob": "sla_knob", "min": "sla_min", "max": "sla_max", "tolerance": "sla_tolerance"}.get(k, k)] = v
+    server_args = args.server_args if args.server_args else file_kw.get("server_sets")
+    client_args = args.client_args if args.client_args else file_kw.get("client_sets")
+    constraints = args.constraints if args.constraints is not None else file_kw.get("constraints")
+    try:
+        spec = build_spec(
+            model,
+            engine=engine,
+            framework=framework or ("vllm" if kind in ("vllm", "sim") else None),
+            server_args=server_args,
+            client_args=client_args,
+            constraints=constraints,
+            instance=instance,
+            gpu=gpu_type,
+            num_gpus=num_gpus,
+            **kw,
+        )
+    except BadInput:
+        raise
+    except Exception as e:  # pydantic validation of a field
+        raise BadInput(f"bad sweep settings: {e}") from None
+    return spec, notices
+
+
+class ProgressPrinter:
+    """The headless display: one line per event that matters, a live line for progress."""
+
+    def __init__(self, stream=None, store=None, study: str | None = None):
+        self.out = stream or sys.stderr
+        self.tty = hasattr(self.out, "isatty") and self.out.isatty()
+        self.store = store
+        self.study = study
+        self.trials: dict[int, dict[str, Any]] = {}
+        self.n_trials = 0
+        self.sim = False
+        self._live = False
+        self._last_line = 0.0
+
+    def _print(self, text: str) -> None:
+        if self._live:
+            self.out.write("\r\033[K")
+            self._live = False
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def handle(self, kind: str, d: dict[str, Any]) -> None:
+        if kind == "study_started":
+            self.sim = bool(d.get("simulated"))
+            self.n_trials = d.get("planned_trials", 0)
+            tag = " [SIMULATED]" if self.sim else ""
+            resumed = f", {d['resumed_points']} already stored" if d.get("resumed_points") else ""
+            self._print(f"sweep {self.study or ''}: {d.get('model')} on {d.get('engine')}{tag}, {d.get('strategy')} search, {d.get('planned_trials')} configs / {d.get('planned_points')} load points{resumed}")
+        elif kind == "trial_started":
+            args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items()) or "(defaults)"
+            gpus = f" gpus={','.join(map(str, d['gpus']))}" if d.get("gpus") else ""
+            self._print(f"[trial {d.get('trial_id')}] {args}{gpus}")
+        elif kind == "server_ready":
+            how = "simulated launch" if d.get("simulated") else f"server ready in {d.get('start_s', 0):.1f} s (pid {d.get('pid')})"
+            self._print(f"  {how}")
+        elif kind == "progress":
+            if d.get("phase") != "run":
+                return
+            now = time.monotonic()
+            line = f"  {d.get('load', '')}: {d.get('completed', 0)}/{d.get('total') or '?'} done, {d.get('running', 0)} in flight, {d.get('failed', 0)} failed, {d.get('output_tokens_per_s') or 0:.0f} tok/s, {d.get('elapsed_s', 0):.0f} s"
+            if d.get("server_running") is not None:
+                line += f" | server running {d['server_running']:.0f} waiting {d.get('server_waiting') or 0:.0f}"
+            if self.tty:
+                self.out.write("\r\033[K" + line[:200])
+                self.out.flush()
+                self._live = True
+            elif now - self._last_line >= 5.0:
+                self._last_line = now
+                self._print(line)
+        elif kind == "point_done":
+            if d.get("status") == "ok":
+                slo = "meets SLOs" if d.get("meets_slo") else ("misses " + ", ".join(d.get("violations") or []) if d.get("violations") else "")
+                e2e = d.get("p99_e2el_ms")
+                ttft = d.get("mean_ttft_ms")
+                self._print(
+                    f"  {d.get('load', ''):>10}  {d.get('output_throughput') or 0:9.1f} tok/s  {d.get('request_throughput') or 0:6.2f} req/s  "
+                    f"TTFT {ttft / 1000 if ttft else float('nan'):6.2f} s  p99 E2E {e2e / 1000 if e2e else float('nan'):6.1f} s  {slo}"
+                )
+            else:
+                self._print(f"  {d.get('load', ''):>10}  FAILED: {(d.get('reason') or '').splitlines()[0]}")
+        elif kind == "point_skipped":
+            args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items())
+            self._print(f"[skip] {args}: {d.get('reason')}")
+        elif kind == "trial_failed":
+            reason = (d.get("reason") or "")
+            first, _, rest = reason.partition("\n")
+            self._print(f"  FAILED: {first}")
+            for ln in rest.splitlines()[-5:]:
+                self._print(f"    | {ln}")
+        elif kind in ("study_done", "study_interrupted"):
+            word = "done" if kind == "study_done" else f"interrupted ({d.get('signal')})"
+            self._print(
+                f"sweep {word}: {d.get('points_run', 0)} load points run, {d.get('points_failed', 0)} failed, "
+                f"{d.get('points_resumed', 0)} resumed, {d.get('launches', 0)} server launches, "
+                f"{d.get('trials_skipped', 0)} configs skipped, GPU time {d.get('gpu_seconds', 0) / 3600:.2f} h"
+                + (" (simulated)" if self.sim else "") + f", wall {d.get('wall_s', 0):.1f} s"
+            )
+
+
+def run(args) -> int:
+    from core.results.store import StudyStore
+    from core.sweep import create_study, start_detached
+    from core.sweep.runner import Runner
+    from core.sweep.space import plan_trials
+
+    storage = _storage(args)
+    store = StudyStore(storage)
+    notices: list[str] = []
+    if args.resume:
+        name = args.study or store.latest_study()
+        if not name:
+            raise BadInput("nothing to resume: the study store is empty", "start a sweep without --resume")
+        row = store.study(name)
+        if row is None:
+            raise BadInput(f"no study named {name!r} to resume", "see knee results --list")
+        if args.model and row["model"] != args.model:
+            raise BadInput(f"study {name!r} was made for {row['model']}, not {args.model}", "resume it without --model, or start a new --study")
+        if row["spec"] is None:
+            raise BadInput(f"study {name!r} was imported; there is nothing to run")
+        from core.sweep import runner_alive
+
+        if runner_alive(row):
+            raise BadInput(f"study {name!r} is being run by pid {row['runner_pid']}", "follow it with knee attach")
+        spec = store.spec(name)
+    else:
+        spec, notices = build_spec_from_args(args)
+        if args.study and store.study(args.study):
+            raise BadInput(f"study {args.study!r} already exists", "pass --resume to continue it, or pick another --study")
+        name = None
+    for n in notices:
+        print(f"knee: {n}", file=sys.stderr)
+    if args.dry_run:
+        plans = plan_trials(spec)
+        out = [{"server_args": t.server_args, "load_points": [p.client_args for p in t.points]} for t in plans]
+        if args.json:
+            json.dump({"engine": spec.engine.kind, "strategy": spec.strategy, "trials": out}, sys.stdout, indent=2, default=str)
+            sys.stdout.write("\n")
+        else:
+            for i, t in enumerate(plans):
+                print(f"trial {i}: {t.server_args or '(defaults)'}")
+                for p in t.points:
+                    print(f"    {p.client_args}")
+            print(f"{len(plans)} server launches, {sum(len(t.points) for t in plans)} load points ({spec.strategy}, engine {spec.engine.kind})")
+        return 0
+    if name is None:
+        name = create_study(store, spec, args.study)
+    if args.detach:
+        pid = start_detached(storage, name, workspace=args.workspace)
+        print(f"knee: sweep {name!r} runs as pid {pid}; follow it with: knee attach --study {name}" + (f" --storage {args.storage}" if args.storage else "") + (f" --workspace {args.workspace}" if args.workspace else ""), file=sys.stderr)
+        if args.json:
+            json.dump({"study": name, "pid": pid, "storage": storage}, sys.stdout)
+            sys.stdout.write("\n")
+        return 0
+    printer = ProgressPrinter(store=store, study=name)
+    jsonl_path = None
+    if args.output_json:
+        out_path = Path(args.output_json)
+        jsonl_path = out_path.with_suffix(".jsonl")
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        if not args.resume and (out_path.exists() or jsonl_path.exists()):
+            raise BadInput(f"{out_path} or {jsonl_path} exists", "pass --resume/--continue to add to it, or pick another --output-json")
+    from core.results.io import llmo_record, study_meta
+    from core.spec.slo import parse_constraints
+
+    meta = study_meta(store, name)
+    slo = parse_constraints(spec.constraints)
+
+    def on_event(kind: str, d: dict[str, Any]) -> None:
+        if not args.quiet:
+            printer.handle(kind, d)
+        if jsonl_path is not None and kind == "point_done" and d.get("point_id"):
+            p = next((p for p in store.points(name) if p.point_id == d["point_id"]), None)
+            if p is not None:
+                with open(jsonl_path, "a") as f:
+                    f.write(json.dumps(llmo_record(p, meta, slo), default=str) + "\n")
+
+    summary = Runner(store, name, on_event=on_event, workspace=args.workspace).run()
+    if args.output_json:
+        from core.results.io import export
+
+        export(store, name, "llm-optimizer", args.output_json)
+        print(f"knee: wrote {jsonl_path} and {args.output_json}", file=sys.stderr)
+    if args.json:
+        from core.sweep.runner import _summary_dict
+
+        json.dump({"study": name, "storage": storage, "interrupted": summary.interrupted, **_summary_dict(summary), "sla": summary.sla}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(f"knee: results: knee results --study {name}" + (f" --workspace {args.workspace}" if args.workspace else "") + (f" --storage {args.storage}" if args.storage else ""), file=sys.stderr)
+    if summary.interrupted:
+        print(f"knee: resume with: knee sweep --resume --study {name}", file=sys.stderr)
+        return 130
+    pts = store.points(name)
+    if pts and not any(p.status == "ok" for p in pts):
+        raise RunFailed(f"every load point failed; see knee results --study {name}")
+    return 0

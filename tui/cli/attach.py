@@ -1,0 +1,63 @@
+"""`knee attach`: follow a running sweep (its events from the study store). Ctrl-C detaches
+the view only; the sweep goes on in its own process."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from core.errors import BadInput
+
+
+def register(sub) -> None:
+    p = sub.add_parser("attach", help="follow a running sweep (Ctrl-C detaches; the sweep goes on)")
+    p.add_argument("--study", help="study name (default: the latest)")
+    p.add_argument("--from-start", action="store_true", help="replay the study's events from its start")
+    p.add_argument("--workspace", help="directory of the study store (default .knee)")
+    p.add_argument("--storage", help="study store path or SQLAlchemy URL")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from core.results.store import StudyStore, default_storage
+    from core.sweep import runner_alive
+    from tui.cli.sweep import ProgressPrinter
+
+    store = StudyStore(args.storage or default_storage(args.workspace), create=False)
+    study = args.study or store.latest_study()
+    if not study:
+        raise BadInput("the study store is empty", "start one with knee sweep --detach")
+    row = store.study(study)
+    if row is None:
+        raise BadInput(f"no study named {study!r}", "see knee results --list")
+    printer = ProgressPrinter(store=store, study=study)
+    after = 0
+    if not args.from_start:
+        # Start from the study's latest study_started event, so the header is shown.
+        starts = store.events(study, kinds=["study_started"])
+        after = starts[-1].seq - 1 if starts else 0
+    print(f"knee: attached to {study!r} ({row['status']}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
+    last_check = time.monotonic()
+    try:
+        while True:
+            batch = store.events(study, after=after)
+            for ev in batch:
+                after = ev.seq
+                printer.handle(ev.kind, ev.data)
+                if ev.kind in ("study_done", "study_interrupted") and not store.events(study, after=after, kinds=["study_started"]):
+                    return 0 if ev.kind == "study_done" else 130
+            if not batch:
+                if time.monotonic() - last_check > 2.0:
+                    last_check = time.monotonic()
+                    row = store.study(study) or {}
+                    if row.get("status") == "created" and time.time() - (row.get("created_at") or 0) < 60:
+                        continue  # a detached runner that has not claimed the study yet
+                    if row.get("status") != "running" or not runner_alive(row):
+                        if row.get("status") in ("done", "imported"):
+                            return 0
+                        print(f"knee: no runner is working on {study!r} (status {row.get('status')}); resume it with knee sweep --resume --study {study}", file=sys.stderr)
+                        return 1
+                time.sleep(0.1)
+    except KeyboardInterrupt:
+        print(f"\nknee: detached; the sweep goes on (knee attach --study {study})", file=sys.stderr)
+        return 0
