@@ -222,7 +222,8 @@ class _Sim:
         pop = heapq.heappop
         while True:
             if single is not None:
-                rep = single if single.has_work else None
+                # (inlined Replica.has_work: this loop runs once per engine step)
+                rep = single if (single.n_dec or single.prefilling or single.waiting) else None
             else:
                 rep = None
                 for r in reps:
