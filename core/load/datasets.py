@@ -116,6 +116,10 @@ def load_tokenizer(model: str | None, *, allow_download: bool = False, trust_rem
     if not model:
         return word_tokenizer()
     try:
+        import os
+
+        # transformers announces at import that PyTorch is missing; knee needs only tokenizers.
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         import transformers  # noqa: F401  (slow import; only when a tokenizer is wanted)
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -136,10 +140,10 @@ def load_tokenizer(model: str | None, *, allow_download: bool = False, trust_rem
             hf = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
             return Tokenizer(name=name, exact=True, _hf=hf)
         except Exception as e:
-            last = str(e).splitlines()[0] if str(e) else type(e).__name__
+            last = type(e).__name__
     where = "the local path" if Path(model).expanduser().is_dir() else "the Hugging Face cache" + (" or the hub" if allow_download else "")
     return word_tokenizer(
-        f"tokenizer for {model!r} not found in {where} ({last[:120]}); counting words instead of tokens, "
+        f"no tokenizer for {model!r} in {where} ({last}); counting words instead of tokens, "
         "prompt lengths are approximate (pass --tokenizer PATH for exact lengths)"
     )
 

@@ -292,3 +292,60 @@ class SSEParser:
         else:
             rec.output_tokens = len(rec.chunk_times)  # provisional; the runner retokenizes
         return self.text()
+
+
+async def list_models(target: OpenAITarget) -> list[str] | None:
+    """``GET /v1/models`` ids, or None when the server does not answer it."""
+    import aiohttp
+
+    headers = {k: v for k, v in target._headers.items() if k == "Authorization"}
+    try:
+        async with aiohttp.ClientSession(trust_env=False, timeout=aiohttp.ClientTimeout(total=10)) as s:
+            async with s.get(f"{target.base_url}/v1/models", headers=headers) as r:
+                if r.status != 200:
+                    return None
+                data = await r.json(content_type=None)
+                return [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
+    except Exception:
+        return None
+
+
+async def preflight(target: OpenAITarget, timeout_s: float = 60.0) -> None:
+    """One short streaming request before a run. Raises :class:`core.errors.BadInput` with
+    what is wrong and how to fix it (unreachable URL, 401, unknown model, no streaming,
+    malformed SSE), so ``knee bench`` exits 2 with one line instead of N failed requests."""
+    import asyncio
+
+    from core.errors import BadInput
+
+    url = target.base_url
+    rec = RequestRecord(index=-1, send_time=0.0)
+    await target.open(1)
+    try:
+        try:
+            await asyncio.wait_for(target.send(Prompt("Hello", 1, 2), rec, time.perf_counter()), timeout_s)
+        except asyncio.TimeoutError:
+            raise BadInput(f"the server at {url} did not answer a test request within {timeout_s:g} s", "check --url") from None
+    finally:
+        await target.close()
+    err = rec.error
+    if err is None:
+        return
+    if err.startswith("cannot connect"):
+        raise BadInput(f"cannot reach {url}: {err.removeprefix('cannot connect').lstrip(': ')}", "is the server running? check --url")
+    if rec.status in (401, 403):
+        raise BadInput(
+            f"the server at {url} refused the request ({err})",
+            "pass --api-key KEY or set OPENAI_API_KEY" if "Authorization" not in target._headers else "the API key was rejected",
+        )
+    if rec.status in (400, 404) and "model" in err.lower():
+        served = await list_models(target)
+        hint = f"served: {', '.join(served)}" if served else "check --model"
+        raise BadInput(f"model {target.model!r} is not served at {url} ({err})", hint)
+    if rec.status == 404:
+        raise BadInput(f"no {target.endpoint.removeprefix(url)} endpoint at {url} ({err})", "check --url and --api")
+    if "did not stream" in err:
+        raise BadInput(f"{url}: {err}", "knee needs an OpenAI-compatible server that streams (SSE)")
+    if err.startswith("malformed SSE"):
+        raise BadInput(f"{url} sent a stream knee cannot read: {err}")
+    raise BadInput(f"a test request to {url} failed: {err}")

@@ -387,15 +387,8 @@ async def run_load(
     lag_p99, lag_max = _p99_ms(lag.samples)
     send_p99, send_max = _p99_ms(send_lags)
     health = ClientHealth(lag_p99, lag_max, send_p99, send_max, cpu)
-    reasons = []
-    if lag_p99 > LAG_WARN_MS:
-        reasons.append(f"event-loop lag p99 {lag_p99:.1f} ms")
-    if send_p99 > SEND_LAG_WARN_MS:
-        reasons.append(f"sends {send_p99:.1f} ms behind schedule at p99")
-    if cpu > CPU_WARN:
-        reasons.append(f"client CPU {cpu:.0%} of a core")
-    if reasons:
-        health.warning = "client is the bottleneck: " + ", ".join(reasons) + " — timings may be late; lower the load or add client processes"
+    health.warning = _diagnose(lag_p99, send_p99, cpu)
+    if health.warning:
         notes.append(health.warning)
     return LoadResult(
         records=records,
@@ -411,6 +404,29 @@ async def run_load(
         t0=t0,
         wall_t0=wall_t0,
     )
+
+
+def _diagnose(lag_p99: float, send_p99: float, cpu: float) -> str | None:
+    """Say who delayed the timestamps, if anyone did: the client itself (busy loop, CPU near a
+    full core) or other processes on the machine (lag while the client was mostly idle)."""
+    late = []
+    if lag_p99 > LAG_WARN_MS:
+        late.append(f"event-loop lag p99 {lag_p99:.1f} ms")
+    if send_p99 > SEND_LAG_WARN_MS:
+        late.append(f"sends {send_p99:.1f} ms behind schedule at p99")
+    if cpu > CPU_WARN:
+        return (
+            "client is the bottleneck: " + ", ".join(late + [f"client CPU {cpu:.0%} of a core"])
+            + " — timings may be late and throughput capped by the client; lower the load or add client processes"
+        )
+    if late and cpu > 0.5:
+        return "client is the bottleneck: " + ", ".join(late) + f" at {cpu:.0%} CPU — timings may be late; lower the load"
+    if late:
+        return (
+            "the machine is busy: " + ", ".join(late) + f" while the client used only {cpu:.0%} of a core"
+            " — other processes are delaying the client's timestamps"
+        )
+    return None
 
 
 def _count():
