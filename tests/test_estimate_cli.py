@@ -1,0 +1,123 @@
+"""`knee estimate` through the installed command, and the report behind it."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.errors import BadInput
+from core.estimate import estimate
+
+KNEE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "knee"
+ACCEPT = ["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--input-len", "1024",
+          "--output-len", "512", "--constraints", "e2e_latency:p99<60s"]
+
+
+def knee(*args, env=None):
+    e = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run([str(KNEE), *args], capture_output=True, text=True, timeout=120, env=e)
+
+
+def test_acceptance_command_shows_every_section():
+    r = knee(*ACCEPT)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for section in ("Memory plan per GPU", "Limits", "Predictions", "bottlenecks", "Suggested search space"):
+        assert section in out
+    for tp in ("TP1 ", "TP2 ", "TP4 "):
+        assert tp in out
+    assert "max c: e2e_latency:p99<60s" in out
+    assert "llm-optimizer --framework vllm --model Qwen/Qwen3-4B" in out
+    assert "--constraints 'e2e_latency:p99<60s'" in out
+    assert "knee sweep --model Qwen/Qwen3-4B --instance ml.g6.12xlarge" in out
+    assert "memory bandwidth" in out and "compute" in out
+
+
+def test_json_report():
+    r = knee(*ACCEPT, "--concurrency", "1,8,32", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["hardware"]["num_gpus"] == 4 and d["hardware"]["gpu"] == "L4"
+    assert [m["tp"] for m in d["memory"]] == [1, 2, 4]
+    cfg = d["configs"][0]
+    assert [p["concurrency"] for p in cfg["predictions"]] == [1, 8, 32]
+    assert {"ttft_ms", "itl_ms", "e2e_s", "req_per_s", "prefill_bottleneck", "decode_bottleneck"} <= set(cfg["predictions"][0])
+    assert cfg["limits"]["slo"][0]["constraint"] == "e2e_latency:p99<60s"
+    sug = d["suggestion"]
+    assert sug["tp_dp"] and all(t * dp == 4 for t, dp in sug["tp_dp"])
+    assert "tensor_parallel_size*data_parallel_size:(int,int)=" in sug["server_args"]
+
+
+def test_tp_and_knobs_flags_and_plan_file(tmp_path):
+    r = knee("estimate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM", "--num-gpus", "2", "--tp", "1",
+             "--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--concurrency", "4,512", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [(c["tp"], c["dp"]) for c in d["configs"]] == [(1, 2)]
+    assert d["configs"][0]["max_num_seqs"] == 64
+    assert d["configs"][0]["predictions"][1]["limited_by"] == "max_num_seqs"
+    plan = tmp_path / "plan.toml"
+    # Written by hand: Plan.save drops instance=None, and loading brings the default back.
+    plan.write_text('[plan]\nmodel = "Qwen/Qwen3-8B"\ninstance = ""\ngpu = "L40S"\nnum_gpus = 2\n'
+                    'input_len = 2000\noutput_len = 100\nconstraints = "ttft:p95<1s"\n')
+    r = knee("estimate", "--plan", str(plan), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["workload"]["input_len"] == 2000 and d["constraints"] == "ttft:p95<1s" and d["hardware"]["gpu"] == "L40S"
+
+
+def test_model_that_fits_nowhere_reports_the_reason():
+    r = knee("estimate", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "H100-SXM")
+    assert r.returncode == 0, r.stderr
+    assert "NO" in r.stdout and "141.1 GB per GPU at TP1" in r.stdout and "Nothing fits" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--model", "nobody/no-such-model", "--gpu", "L4"], "unknown model"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "Z9000"], "unknown GPU"),
+        (["--model", "Qwen/Qwen3-4B", "--instance", "ml.q9.huge"], "unknown SageMaker instance"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--constraints", "ttft:p95 500ms"], "no operator"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--constraints", "ttft:p42<5"], "unknown statistic"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--input-len", "-5"], "--input-len must be positive"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--output-len", "0"], "--output-len must be positive"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--concurrency", "1,-8"], "--concurrency"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--num-gpus", "2", "--tp", "4"], "TP4 needs 4 GPUs"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--engine", "teapot"], "unknown engine"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--kv-cache-dtype", "fp3"], "unknown KV-cache dtype"),
+        (["--model", "Qwen/Qwen3-4B"], "no hardware given"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    r = knee("estimate", *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+
+
+def test_corrupt_config_json_is_bad_input(tmp_path):
+    (tmp_path / "config.json").write_text('{"hidden_size": 4096, "num_hidden')
+    r = knee("estimate", "--model", str(tmp_path), "--gpu", "L4")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "not valid JSON" in r.stderr
+    (tmp_path / "config.json").write_text('{"architectures": ["Nope"]}')
+    r = knee("estimate", "--model", str(tmp_path), "--gpu", "L4")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_report_api_for_the_tui():
+    rep = estimate()  # the demo plan
+    assert rep.instance == "ml.g6.12xlarge" and rep.constraints == "e2e_latency:p99<60s"
+    assert rep.best is not None and rep.best.limits.slo_feasible
+    assert rep.best.cost_per_1m_output_tokens > 0
+    s = rep.suggestion
+    knee_c = rep.best.at_knee.concurrency
+    assert min(s.concurrency) < knee_c < max(s.concurrency)
+    assert all(mp.fits for mp in rep.memory)
+    json.dumps(rep.as_dict())
+    with pytest.raises(BadInput):
+        estimate(model="Qwen/Qwen3-4B", gpu="L4", num_gpus=3, tp=3)  # 32 heads do not split over 3

@@ -1,0 +1,162 @@
+"""Predictions behave physically: the shape of the curves, not calibrated numbers."""
+
+import json
+import math
+
+import pytest
+
+from core.catalog import get_gpu, load_model, resolve_hardware
+from core.errors import BadInput
+from core.estimate import Predictor, compute_limits
+from core.spec.plan import demo_plan
+from core.spec.slo import parse_constraints
+from core.spec.workload import LengthDist, Workload
+
+
+@pytest.fixture(scope="module")
+def demo():
+    plan = demo_plan()
+    hw = resolve_hardware(instance=plan.instance)
+    return Predictor(load_model(plan.model), hw.gpu, Workload.fixed(plan.input_len, plan.output_len))
+
+
+def test_throughput_rises_then_saturates(demo):
+    cfg = demo.config(1, 1)
+    curve = demo.curve(cfg, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+    rps = [p.req_per_s for p in curve]
+    assert all(b >= a * 0.999 for a, b in zip(rps, rps[1:]))  # never falls
+    assert rps[3] > 4 * rps[0]  # batching pays at low load
+    assert rps[-1] < 1.02 * rps[-2]  # flat past saturation
+    assert curve[-1].limited_by in ("kv_cache", "max_num_seqs", "token_budget")
+    # Output throughput is request throughput times the output length.
+    assert curve[5].output_tok_per_s == pytest.approx(curve[5].req_per_s * 512)
+
+
+def test_ttft_explodes_past_saturation_while_itl_stays_bounded(demo):
+    cfg = demo.config(1, 1)
+    cap, _ = demo.running_cap(cfg)
+    low, at, past = (demo.predict(cfg, concurrency=c) for c in (1, int(cap), int(4 * cap)))
+    assert past.ttft_ms.mean > 20 * low.ttft_ms.mean
+    assert past.queued > 0 and at.queued < past.queued
+    # Queueing adds waiting, not slower decoding: ITL is the same once the batch is capped.
+    assert past.itl_ms.mean == pytest.approx(at.itl_ms.mean, rel=0.05)
+    assert past.itl_ms.mean > low.itl_ms.mean
+
+
+def test_tp4_beats_tp1_on_throughput_for_the_demo_plan(demo):
+    tp1, tp4 = demo.config(1, 1), demo.config(4, 1)
+    for c in (1, 16, 64):
+        assert demo.predict(tp4, concurrency=c).req_per_s > demo.predict(tp1, concurrency=c).req_per_s
+    assert demo.max_throughput(tp4).output_tok_per_s > demo.max_throughput(tp1).output_tok_per_s
+    # ...but over PCIe four GPUs are far from four times one.
+    assert demo.predict(tp4, concurrency=1).itl_ms.mean > demo.predict(tp1, concurrency=1).itl_ms.mean / 4
+
+
+def test_p99_e2e_grows_with_concurrency_and_percentiles_are_ordered(demo):
+    cfg = demo.config(2, 2)
+    preds = demo.curve(cfg, [1, 4, 16, 64, 256, 1024])
+    p99 = [p.e2e_s.p99 for p in preds]
+    assert all(b > a for a, b in zip(p99, p99[1:]))
+    for p in preds:
+        for st in (p.ttft_ms, p.itl_ms, p.e2e_s):
+            assert st.p50 <= st.p90 <= st.p95 <= st.p99
+        assert p.e2e_s.mean >= p.ttft_ms.mean / 1000
+        # E2E = TTFT + (O - 1) x TPOT
+        assert p.e2e_s.mean == pytest.approx(p.ttft_ms.mean / 1e3 + 511 * p.itl_ms.mean / 1e3, rel=1e-6)
+
+
+def test_output_length_spread_widens_the_e2e_tail():
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
+    fixed = Predictor(arch, gpu, Workload.fixed(1024, 512))
+    spread = Predictor(arch, gpu, Workload(input=LengthDist.of(1024), output=LengthDist(kind="uniform", mean=512, range_ratio=0.5)))
+    a = fixed.predict(fixed.config(1), concurrency=8)
+    b = spread.predict(spread.config(1), concurrency=8)
+    assert b.e2e_s.p99 - b.e2e_s.mean > 3 * (a.e2e_s.p99 - a.e2e_s.mean)
+
+
+def test_open_loop_follows_the_rate_until_saturation(demo):
+    cfg = demo.config(2, 2)
+    light = demo.predict(cfg, request_rate=1.0)
+    assert light.req_per_s == pytest.approx(1.0) and not light.saturated
+    mx = demo.max_throughput(cfg).req_per_s
+    heavy = demo.predict(cfg, request_rate=3 * mx, num_prompts=1000)
+    longer = demo.predict(cfg, request_rate=3 * mx, num_prompts=4000)
+    assert heavy.saturated and heavy.req_per_s == pytest.approx(mx, rel=0.05)
+    assert heavy.ttft_ms.mean > 30 * light.ttft_ms.mean
+    assert longer.ttft_ms.mean > 3 * heavy.ttft_ms.mean  # the queue grows with the run
+    # Little's law between the two views: a closed loop at rate x E2E carries the same rate.
+    mid = demo.predict(cfg, request_rate=0.5 * mx)
+    closed = demo.predict(cfg, concurrency=mid.req_per_s * mid.e2e_s.mean)
+    assert closed.req_per_s == pytest.approx(mid.req_per_s, rel=0.15)
+
+
+def test_concurrency_cap_on_an_open_loop_bounds_the_queue(demo):
+    cfg = demo.config(4, 1)
+    capped = demo.predict(cfg, request_rate=100.0, concurrency=32)
+    assert capped.ttft_ms.mean < demo.predict(cfg, request_rate=100.0).ttft_ms.mean
+    assert capped.req_per_s == pytest.approx(demo.predict(cfg, concurrency=32).req_per_s)
+
+
+def test_engine_without_chunked_prefill_stalls_decodes():
+    arch, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("A100-80GB")
+    wl = Workload.fixed(2000, 200)
+    v1 = Predictor(arch, gpu, wl, engine="vllm")
+    old = Predictor(arch, gpu, wl, engine="vllm", engine_version="0.4.3")
+    a = v1.predict(v1.config(1), concurrency=32)
+    b = old.predict(old.config(1), concurrency=32)
+    assert b.itl_ms.mean > a.itl_ms.mean and b.req_per_s < a.req_per_s
+    # Without chunking, a decode's worst gaps are whole prefill steps.
+    assert b.itl_ms.p99 - b.itl_ms.p50 > a.itl_ms.p99 - a.itl_ms.p50
+
+
+def test_bottlenecks_per_phase():
+    arch, h100 = load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM")
+    p = Predictor(arch, h100, Workload.fixed(4096, 64))
+    low = p.predict(p.config(1), concurrency=1)
+    assert low.prefill_bottleneck == "compute (matmuls)"
+    assert low.decode_bottleneck == "memory bandwidth (weights)"
+    longctx = Predictor(arch, h100, Workload.fixed(16000, 1000))
+    high = longctx.predict(longctx.config(1), concurrency=64)
+    assert high.decode_bottleneck == "memory bandwidth (KV cache)"
+
+
+def test_moe_decodes_faster_than_a_dense_model_of_its_size():
+    h100 = get_gpu("H100-SXM")
+    wl = Workload.fixed(512, 256)
+    mixtral = Predictor(load_model("mistralai/Mixtral-8x7B-v0.1"), h100, wl)
+    llama70 = Predictor(load_model("meta-llama/Llama-3.1-70B"), h100, wl)
+    a = mixtral.predict(mixtral.config(2), concurrency=1)
+    b = llama70.predict(llama70.config(2), concurrency=1)
+    assert a.itl_ms.mean < 0.6 * b.itl_ms.mean
+
+
+def test_limits(demo):
+    cfg = demo.config(1, 4)
+    slo = parse_constraints("e2e_latency:p99<30s;ttft:p95<2s")
+    lim = compute_limits(demo, cfg, slo)
+    assert lim.kv_full_length == 4 * demo.memory(cfg).max_sequences(1536)
+    assert 1 <= lim.saturation <= 4 * lim.running_cap
+    c = lim.slo_concurrency
+    assert c is not None and lim.slo_feasible
+    ok = demo.predict(cfg, concurrency=c)
+    bad = demo.predict(cfg, concurrency=c + 1)
+    assert ok.value("e2el", "p99") < 30_000 and ok.value("ttft", "p95") < 2000
+    assert bad.value("e2el", "p99") >= 30_000 or bad.value("ttft", "p95") >= 2000
+    # A goal no concurrency meets, and a throughput floor that needs some load.
+    impossible = compute_limits(demo, cfg, parse_constraints("itl:p50<1ms"))
+    assert not impossible.slo_feasible and impossible.slo_concurrency is None
+    floor = compute_limits(demo, cfg, parse_constraints("request_throughput>=2"))
+    assert floor.slo[0].kind == "min" and demo.predict(cfg, concurrency=floor.slo[0].concurrency).req_per_s >= 2
+
+
+def test_prediction_dict_is_json_and_bad_loads_are_rejected(demo):
+    cfg = demo.config(2, 2)
+    d = demo.predict(cfg, concurrency=8).as_dict()
+    json.dumps(d)
+    m = demo.predict(cfg, concurrency=8).metrics()
+    assert {"mean_ttft_ms", "p99_e2el_ms", "median_tpot_ms", "p90_itl_ms", "output_throughput"} <= set(m)
+    assert all(math.isfinite(v) for v in m.values())
+    with pytest.raises(BadInput):
+        demo.predict(cfg)
+    with pytest.raises(BadInput):
+        demo.predict(cfg, concurrency=-1)
