@@ -80,3 +80,28 @@ class DeployProgress(Message):
     done: bool = False
     error: str | None = None
     result: Any = None
+
+
+@dataclass
+class StudyLoaded(Message):
+    """A study's points (and the estimator's predictions for them), read in a worker."""
+
+    study: str
+    points: list
+    predicted: dict
+    info: dict
+    constraints: str
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, StudyLoaded) and message.study == self.study
+
+
+@dataclass
+class DeployPlanned(Message):
+    """A deployment plan built (or refused with the reason) in a worker."""
+
+    plan: Any
+    error: str | None = None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, DeployPlanned)

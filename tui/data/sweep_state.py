@@ -1,0 +1,222 @@
+"""Following a sweep through its study store: what the Sweep screen shows, UI-free.
+
+:class:`SweepFollower` reads the study's event stream after the last sequence number it
+has seen and, only when something happened, re-reads the stored trials and points. It
+returns an immutable :class:`SweepSnapshot`; rows are frozen dataclasses keyed by a stable
+id, so the screen updates only the rows whose values changed (in place, by row key).
+
+It never writes: closing the app, or losing the terminal, leaves the runner alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.results.store import StudyStore
+from core.spec.study import PointRow, TrialRow
+
+SPARK_LEN = 60  # samples of tokens/s kept for the sparkline (15 s at the runner's 4 Hz)
+
+
+def _args(d: dict[str, Any]) -> str:
+    short = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "max_num_seqs": "seqs",
+             "max_num_batched_tokens": "mnbt", "gpu_memory_utilization": "gmu", "max_model_len": "mml"}
+    return " ".join(f"{short.get(k, k)}={v}" for k, v in d.items()) or "(defaults)"
+
+
+def _load(client_args: dict[str, Any]) -> str:
+    if "request_rate" in client_args:
+        return f"{client_args['request_rate']:g} req/s"
+    if "max_concurrency" in client_args:
+        return f"c={client_args['max_concurrency']}"
+    return ""
+
+
+@dataclass(frozen=True)
+class RowView:
+    """One line of the trial table: a measured load point, or a trial without one yet."""
+
+    key: str  # point id, or "trial-<id>" before the trial's first point
+    trial_id: int
+    status: str  # pending, running, ok, failed, skipped, interrupted
+    server_args: str
+    load: str
+    ttft_p99: float | None = None  # ms
+    itl_p99: float | None = None  # ms
+    e2e_p99: float | None = None  # ms
+    req_s: float | None = None
+    tok_s: float | None = None
+    slo: bool | None = None
+    reason: str = ""
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class LiveView:
+    """The point being measured now."""
+
+    trial_id: int | None = None
+    load: str = ""
+    completed: int = 0
+    total: int = 0
+    failed: int = 0
+    running: int | None = None  # requests in flight (client side, or the server's count)
+    waiting: int | None = None  # requests queued in the server
+    kv_usage: float | None = None  # 0..1
+    gpu_memory: str = ""
+    tokens_per_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepSnapshot:
+    study: str
+    status: str  # created, running, done, interrupted
+    runner_alive: bool
+    model: str = ""
+    engine: str = ""
+    simulated: bool = False
+    planned_trials: int = 0
+    planned_points: int = 0
+    rows: tuple[RowView, ...] = ()
+    live: LiveView = LiveView()
+    last_seq: int = 0
+    log_paths: dict[int, str] = field(default_factory=dict, compare=False)
+    events_per_trial: dict[int, tuple[str, ...]] = field(default_factory=dict, compare=False)
+
+    @property
+    def done_points(self) -> int:
+        return sum(1 for r in self.rows if r.status in ("ok", "failed") and not r.key.startswith("trial-"))
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running" and self.runner_alive
+
+
+def point_row(p: PointRow) -> RowView:
+    s = p.summary
+    return RowView(
+        key=p.point_id,
+        trial_id=p.trial_id,
+        status=p.status,
+        server_args=_args(p.server_args),
+        load=_load(p.client_args),
+        ttft_p99=s.get("p99_ttft_ms"),
+        itl_p99=s.get("p99_itl_ms"),
+        e2e_p99=s.get("p99_e2el_ms"),
+        req_s=s.get("request_throughput"),
+        tok_s=s.get("output_throughput"),
+        slo=p.meets_slo if p.status == "ok" else None,
+        reason=(p.reason or ("; ".join(p.violations) if p.violations else "")).split("\n")[0],
+        simulated=p.simulated,
+    )
+
+
+def trial_row(t: TrialRow) -> RowView:
+    return RowView(key=f"trial-{t.trial_id}", trial_id=t.trial_id, status=t.status, server_args=_args(t.server_args),
+                   load="", reason=(t.reason or "").split("\n")[0])
+
+
+class SweepFollower:
+    """Reads one study's progress from its store. Call :meth:`poll` from a worker thread."""
+
+    def __init__(self, store: StudyStore, study: str) -> None:
+        self.store = store
+        self.study = study
+        self._seq = 0
+        self._tok_s: deque[float] = deque(maxlen=SPARK_LEN)
+        self._live = LiveView()
+        self._meta: dict[str, Any] = {}
+        self._events: dict[int, deque[str]] = {}
+        self._snapshot: SweepSnapshot | None = None
+
+    def poll(self) -> SweepSnapshot | None:
+        """A new snapshot when something changed since the last call, else None."""
+        from core.sweep import runner_alive
+
+        events = self.store.events(self.study, after=self._seq)
+        study = self.store.study(self.study) or {}
+        alive = runner_alive(study) if study else False
+        status = study.get("status", "unknown")
+        prev = self._snapshot
+        if not events and prev is not None and prev.status == status and prev.runner_alive == alive:
+            return None
+        reread = prev is None or any(e.kind != "progress" for e in events)
+        for e in events:
+            self._seq = e.seq
+            self._apply(e.kind, e.data)
+        if reread or prev is None:
+            trials = self.store.trials(self.study)
+            points = self.store.points(self.study)
+            rows = self._rows(trials, points)
+            log_paths = {t.trial_id: t.log_path for t in trials if t.log_path}
+        else:
+            rows, log_paths = prev.rows, prev.log_paths
+        self._snapshot = SweepSnapshot(
+            study=self.study,
+            status=status,
+            runner_alive=alive,
+            model=study.get("model", ""),
+            engine=self._meta.get("engine", study.get("info", {}).get("engine", "")),
+            simulated=bool(self._meta.get("simulated", study.get("info", {}).get("engine") == "sim")),
+            planned_trials=int(self._meta.get("planned_trials", 0)),
+            planned_points=int(self._meta.get("planned_points", 0)),
+            rows=rows,
+            live=self._live,
+            last_seq=self._seq,
+            log_paths=log_paths,
+            events_per_trial={k: tuple(v) for k, v in self._events.items()},
+        )
+        return self._snapshot
+
+    @staticmethod
+    def _rows(trials: list[TrialRow], points: list[PointRow]) -> tuple[RowView, ...]:
+        by_trial: dict[int, list[PointRow]] = {}
+        for p in points:
+            by_trial.setdefault(p.trial_id, []).append(p)
+        rows: list[RowView] = []
+        for t in sorted(trials, key=lambda t: t.trial_id):
+            pts = by_trial.get(t.trial_id, [])
+            rows.extend(point_row(p) for p in pts)
+            # A trial shows its own line until it has a point, and again while it is still
+            # running (the next load point is being measured) or when it ended badly.
+            if not pts or t.status in ("running", "failed", "skipped", "interrupted"):
+                rows.append(trial_row(t))
+        return tuple(rows)
+
+    def _apply(self, kind: str, data: dict[str, Any]) -> None:
+        tid = data.get("trial_id")
+        if kind == "study_started":
+            self._meta.update(data)
+        if tid is not None and kind != "progress":
+            line = kind.replace("_", " ")
+            if data.get("reason"):
+                line += f": {str(data['reason']).splitlines()[0]}"
+            elif data.get("load"):
+                line += f" {data['load']}"
+            self._events.setdefault(tid, deque(maxlen=200)).append(line)
+        if kind == "progress":
+            tps = data.get("output_tokens_per_s")
+            if isinstance(tps, (int, float)):
+                self._tok_s.append(float(tps))
+            running = data.get("server_running", data.get("running"))
+            self._live = LiveView(
+                trial_id=tid,
+                load=data.get("load", self._live.load),
+                completed=int(data.get("completed") or 0),
+                total=int(data.get("total") or self._live.total or 0),
+                failed=int(data.get("failed") or 0),
+                running=int(running) if isinstance(running, (int, float)) else None,
+                waiting=int(data["server_waiting"]) if isinstance(data.get("server_waiting"), (int, float)) else None,
+                kv_usage=data.get("kv_cache_usage") if isinstance(data.get("kv_cache_usage"), (int, float)) else None,
+                gpu_memory=str(data.get("gpu_memory", "")),
+                tokens_per_s=tuple(self._tok_s),
+            )
+        elif kind == "point_done":
+            tps = data.get("output_throughput")
+            if isinstance(tps, (int, float)):
+                self._tok_s.append(float(tps))
+            self._live = LiveView(trial_id=tid, load=data.get("load", ""), completed=int(data.get("completed") or 0),
+                                  total=int(data.get("completed") or 0) + int(data.get("failed") or 0),
+                                  failed=int(data.get("failed") or 0), tokens_per_s=tuple(self._tok_s))

@@ -1,0 +1,180 @@
+"""The Pareto screen: any two metrics of the followed study, its frontier and knee, SLO
+lines and predictions; the highlighted point's full configuration, sent to Deploy with
+``d`` (or Enter)."""
+
+from __future__ import annotations
+
+import json
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Static
+
+from core.errors import KneeError
+from core.spec.slo import parse_constraints
+from tui.data.pareto_view import LABELS, METRICS, PRESETS, ParetoView, better_label, build, predictions
+from tui.data.selection import Selection
+from tui.data.sweep_state import SweepSnapshot
+from tui.messages import StudyLoaded
+from tui.screens.base import KneeScreen
+from tui.widgets.pareto_plot import ParetoPlot
+from tui.widgets.point_table import PointTable
+
+METRIC_KEYS = [k for k, _ in METRICS]
+
+
+class ParetoScreen(KneeScreen):
+    MODE = "pareto"
+    CSS_PATH = "pareto.tcss"
+    BINDINGS = [
+        Binding("v", "next_view", "Next view"),
+        Binding("x", "cycle_x", "X axis"),
+        Binding("y", "cycle_y", "Y axis"),
+        Binding("d", "deploy", "Deploy this"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.x, self.y = PRESETS[0]
+        self._preset = 0
+        self._loaded: StudyLoaded | None = None
+        self._done_seen: tuple[str, int] | None = None
+        self.view: ParetoView | None = None
+
+    # ---- accessors ----------------------------------------------------------------------
+    @property
+    def plot(self) -> ParetoPlot:
+        return self.query_one(ParetoPlot)
+
+    @property
+    def table(self) -> PointTable:
+        return self.query_one(PointTable)
+
+    @property
+    def detail(self) -> Static:
+        return self.query_one("#point-detail", Static)
+
+    def compose_body(self) -> ComposeResult:
+        yield Static("No study followed yet: start a sweep on the Sweep screen ([b]3[/b]), "
+                     "or attach to the latest one there ([b]a[/b]).", id="pareto-empty")
+        with Horizontal(id="pareto-main"):
+            yield ParetoPlot(id="pareto-plot")
+            with Vertical(id="pareto-side"):
+                yield Static("", id="axes")
+                yield PointTable(id="points")
+                yield Static("", id="point-detail")
+
+    def on_mount(self) -> None:
+        self.watch(self.knee, "sweep", self._sweep_changed)
+
+    def on_resize(self) -> None:
+        # Side by side when there is room, stacked on an 80-column terminal.
+        self.set_class(self.size.width < 110, "-narrow")
+
+    # ---- loading ------------------------------------------------------------------------
+    def _sweep_changed(self, snap: SweepSnapshot | None) -> None:
+        if snap is None:
+            return
+        seen = (snap.study, snap.done_points)
+        if seen != self._done_seen:  # reread only when a point landed
+            self._done_seen = seen
+            self.mode_bar.set_status(f"{snap.study} · {snap.done_points} points")
+            self.load(snap.study)
+
+    @work(thread=True, exclusive=True, group="pareto-load", exit_on_error=False)
+    def load(self, study: str) -> None:
+        store = self.knee.sweep_control.store
+        row = store.study(study) or {}
+        points = store.points(study)
+        try:
+            spec = store.spec(study)
+        except KneeError:
+            spec = None  # imported studies have no spec
+        info = row.get("info", {})
+        predicted = {}
+        if spec is not None:
+            predicted = predictions(points, spec.model, spec.instance, spec.gpu, spec.num_gpus, spec)
+        self.post_message(StudyLoaded(study, points, predicted, {**info, "model": row.get("model", "")},
+                                      spec.constraints if spec else ""))
+
+    @on(StudyLoaded)
+    def _loaded_study(self, message: StudyLoaded) -> None:
+        self._loaded = message
+        self.add_class("-loaded")
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        m = self._loaded
+        if m is None:
+            return
+        try:
+            slo = parse_constraints(m.constraints)
+        except KneeError:
+            slo = parse_constraints("")
+        self.view = build(m.points, self.x, self.y, slo, m.predicted)
+        self.query_one("#axes", Static).update(
+            f"x [b]{LABELS[self.x]}[/b] ({better_label(self.x)}) · y [b]{LABELS[self.y]}[/b] ({better_label(self.y)})\n"
+            f"[dim]{len(self.view.frontier)} on the frontier · ◆ knee · v x y change axes · d deploy[/dim]"
+        )
+        self.table.show(self.view)
+        self._show_selected()
+
+    # ---- selection ----------------------------------------------------------------------
+    @on(DataTable.RowHighlighted, "#points")
+    def _highlighted(self, _event: DataTable.RowHighlighted) -> None:
+        self._show_selected()
+
+    @on(DataTable.RowSelected, "#points")
+    def _selected(self, _event: DataTable.RowSelected) -> None:
+        self.action_deploy()
+
+    def _show_selected(self) -> None:
+        key = self.table.selected_key()
+        self.plot.show(self.view, key)
+        if self.view is None or key is None or key not in self.view.points:
+            self.detail.update("")
+            return
+        p = self.view.points[key]
+        s = p.summary
+        lines = [
+            f"[b]trial {p.trial_id}[/b] · {'simulated' if p.simulated else p.source}",
+            "server: " + json.dumps(p.server_args, sort_keys=True),
+            "client: " + json.dumps(p.client_args, sort_keys=True),
+            f"{s.get('request_throughput', 0):.2f} req/s · {s.get('output_throughput', 0):,.0f} tok/s · "
+            f"TTFT p99 {s.get('p99_ttft_ms', 0):,.0f} ms · ITL p99 {s.get('p99_itl_ms', 0):,.1f} ms · "
+            f"E2E p99 {s.get('p99_e2el_ms', 0) / 1000:,.1f} s",
+        ]
+        if p.violations:
+            lines.append("[$text-error]misses " + "; ".join(p.violations) + "[/]")
+        self.detail.update("\n".join(lines))
+
+    # ---- actions ------------------------------------------------------------------------
+    def action_next_view(self) -> None:
+        self._preset = (self._preset + 1) % len(PRESETS)
+        self.x, self.y = PRESETS[self._preset]
+        self.refresh_view()
+
+    def action_cycle_x(self) -> None:
+        self.x = METRIC_KEYS[(METRIC_KEYS.index(self.x) + 1) % len(METRIC_KEYS)]
+        self.refresh_view()
+
+    def action_cycle_y(self) -> None:
+        self.y = METRIC_KEYS[(METRIC_KEYS.index(self.y) + 1) % len(METRIC_KEYS)]
+        self.refresh_view()
+
+    def action_deploy(self) -> None:
+        key = self.table.selected_key()
+        m = self._loaded
+        if m is None or self.view is None or key is None:
+            self.notify("no point selected", severity="warning")
+            return
+        p = self.view.points[key]
+        if p.status != "ok":
+            self.notify("that point failed; pick a measured one", severity="warning")
+            return
+        self.knee.selection = Selection(point=p, model=m.info.get("model") or self.knee.plan.model,
+                                        gpu=m.info.get("gpu_type"), instance=self.knee.plan.instance,
+                                        hardware=m.info.get("hardware", ""))
+        self.app.switch_mode("deploy")

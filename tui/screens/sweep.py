@@ -1,0 +1,155 @@
+"""The Sweep screen: follow a runner process through its study store.
+
+The trial table updates in place; the live panel shows the point being measured; the log
+shows the selected trial's server log (or its events). The cursor follows the newest row
+until the user moves it (``f`` follows again). The sweep itself runs in its own process:
+``n`` starts one for the current plan, ``a`` attaches to the latest study, ``p``/``r``
+interrupt and resume it, and leaving the app leaves it running.
+"""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Static
+
+from core.errors import KneeError
+from tui.data.sweep_state import SweepSnapshot
+from tui.screens.base import KneeScreen
+from tui.widgets.live_panel import LivePanel
+from tui.widgets.trial_log import TrialLog, read_tail
+from tui.widgets.trial_table import TrialTable
+
+
+class SweepScreen(KneeScreen):
+    MODE = "sweep"
+    CSS_PATH = "sweep.tcss"
+    BINDINGS = [
+        Binding("n", "new_sweep", "New sweep"),
+        Binding("a", "attach", "Attach latest"),
+        Binding("p", "pause", "Pause"),
+        Binding("r", "resume", "Resume"),
+        Binding("f", "follow", "Follow newest"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.follow_newest = True
+        self._auto_key: str | None = None  # the row the screen moved the cursor to itself
+
+    # ---- accessors ----------------------------------------------------------------------
+    @property
+    def table(self) -> TrialTable:
+        return self.query_one(TrialTable)
+
+    @property
+    def live(self) -> LivePanel:
+        return self.query_one(LivePanel)
+
+    @property
+    def log_view(self) -> TrialLog:
+        return self.query_one(TrialLog)
+
+    @property
+    def empty(self) -> Static:
+        return self.query_one("#sweep-empty", Static)
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(
+            "No sweep followed yet.\n\n[b]n[/b]  sweep the current plan in its own process "
+            "(the sim engine takes seconds)\n[b]a[/b]  attach to the latest study in the workspace",
+            id="sweep-empty",
+        )
+        yield TrialTable(id="trials")
+        with Horizontal(id="sweep-bottom"):
+            with Vertical(id="sweep-live-col"):
+                yield LivePanel(id="live")
+            yield TrialLog(id="trial-log")
+
+    def on_mount(self) -> None:
+        self.watch(self.knee, "sweep", self._sweep_changed)
+
+    # ---- following --------------------------------------------------------------------------
+    def _sweep_changed(self, snap: SweepSnapshot | None) -> None:
+        self.set_class(snap is not None, "-following")
+        self.live.show(snap)
+        if snap is None:
+            return
+        self.mode_bar.set_status(f"{snap.study} · {'running' if snap.running else snap.status}")
+        with self.app.batch_update():
+            self.table.sync(snap.rows)
+        if self.follow_newest and self.table.row_count:
+            newest = self._newest_key(snap)
+            if newest is not None:
+                self._auto_key = newest
+                self.table.move_cursor(row=self.table.get_row_index(newest), scroll=True)
+        self._show_log()
+
+    @staticmethod
+    def _newest_key(snap: SweepSnapshot) -> str | None:
+        running = [r for r in snap.rows if r.status == "running"]
+        rows = running or list(snap.rows)
+        return rows[-1].key if rows else None
+
+    @on(DataTable.RowHighlighted, "#trials")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key.value != self._auto_key:
+            self.follow_newest = False  # the user moved: stop jumping to the newest row
+        self._show_log()
+
+    def _show_log(self) -> None:
+        snap = self.knee.sweep
+        row = self.table.selected()
+        if snap is None or row is None:
+            return
+        path = snap.log_paths.get(row.trial_id)
+        if path:
+            self.read_log(row.trial_id, path)
+        else:
+            lines = snap.events_per_trial.get(row.trial_id, ())
+            kind = "simulated trial: events" if snap.simulated else "events"
+            self.log_view.show(f"trial {row.trial_id} · {kind}", lines)
+
+    @work(thread=True, exclusive=True, group="trial-log")
+    def read_log(self, trial_id: int, path: str) -> None:
+        try:
+            lines = read_tail(path)
+        except OSError as e:
+            lines = [f"cannot read {path}: {e.strerror}"]
+        self.app.call_from_thread(self.log_view.show, f"trial {trial_id} · {path}", lines)
+
+    # ---- actions ------------------------------------------------------------------------
+    def action_new_sweep(self) -> None:
+        self.follow_newest = True
+        self.knee.start_sweep(self.knee.plan)
+
+    def action_attach(self) -> None:
+        self.follow_newest = True
+        self.knee.attach_latest()
+
+    def action_follow(self) -> None:
+        self.follow_newest = True
+        if self.knee.sweep is not None:
+            self._sweep_changed(self.knee.sweep)
+
+    def action_pause(self) -> None:
+        snap = self.knee.sweep
+        if snap is None or not snap.running:
+            self.notify("no running sweep to pause", severity="warning")
+            return
+        if self.knee.sweep_control.stop(snap.study):
+            self.notify(f"{snap.study}: interrupting after the runner stops its server; r resumes")
+
+    def action_resume(self) -> None:
+        snap = self.knee.sweep
+        if snap is None:
+            self.notify("no sweep to resume", severity="warning")
+            return
+        try:
+            self.knee.sweep_control.resume(snap.study)
+        except KneeError as e:
+            self.notify(str(e), severity="error")
+            return
+        self.notify(f"{snap.study}: resumed; only missing points run")

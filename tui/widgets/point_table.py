@@ -1,0 +1,53 @@
+"""The points of a study on the Pareto screen: frontier first (the knee marked), then the
+rest, with the two plotted metrics."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from tui.data.pareto_view import ParetoView
+from tui.data.sweep_state import _args, _load
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return ""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+
+
+class PointTable(DataTable):
+    DEFAULT_CSS = """
+    PointTable { height: 1fr; }
+    """
+
+    def __init__(self, **kw) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
+
+    def show(self, view: ParetoView | None) -> None:
+        keep = self.selected_key()
+        self.clear(columns=True)
+        if view is None:
+            return
+        from tui.data.pareto_view import LABELS
+
+        self.add_columns("", "#", "server args", "load", LABELS.get(view.x, view.x), LABELS.get(view.y, view.y), "SLO")
+        front = [d.key for d in view.frontier]
+        rest = sorted((d for d in (*view.measured, *view.failed_slo, *view.imported) if d.key not in front),
+                      key=lambda d: -d.x)
+        dots = {d.key: d for d in (*view.measured, *view.failed_slo, *view.imported)}
+        for key in [*front, *[d.key for d in rest]]:
+            p, d = view.points[key], dots.get(key)
+            mark = Text("◆", "yellow") if view.knee and key == view.knee.key else Text("●", "green") if key in front else Text("")
+            slo = Text("") if p.meets_slo is None else Text("pass", "green") if p.meets_slo else Text("fail", "red")
+            self.add_row(mark, str(p.trial_id), _args(p.server_args), _load(p.client_args),
+                         _fmt(d.x if d else None), _fmt(d.y if d else None), slo, key=key)
+        if keep is not None and keep in view.points:
+            self.move_cursor(row=self.get_row_index(keep))
+        elif view.knee is not None:
+            self.move_cursor(row=self.get_row_index(view.knee.key))
+
+    def selected_key(self) -> str | None:
+        if not self.row_count:
+            return None
+        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value

@@ -1,0 +1,80 @@
+"""The sweep's trial table: one row per measured load point (or per trial before its first
+point), updated in place by row key so a live sweep never rebuilds the table."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from tui.data.sweep_state import RowView
+
+STATUS_STYLE = {"ok": "green", "failed": "red", "running": "yellow", "pending": "dim", "skipped": "dim",
+                "interrupted": "magenta"}
+COLUMNS = (("trial", "#"), ("status", "status"), ("server", "server args"), ("load", "load"),
+           ("ttft", "TTFT p99"), ("itl", "ITL p99"), ("e2e", "E2E p99"), ("rps", "req/s"),
+           ("tps", "tok/s"), ("slo", "SLO"), ("reason", "reason"))
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return ""
+    return f"{v / 1000:.1f}s" if v >= 10_000 else f"{v:.0f}ms"
+
+
+def _cells(r: RowView) -> tuple[object, ...]:
+    slo = Text("") if r.slo is None else Text("pass", "green") if r.slo else Text("fail", "red")
+    return (
+        str(r.trial_id),
+        Text(r.status, STATUS_STYLE.get(r.status, "")),
+        r.server_args,
+        r.load,
+        _ms(r.ttft_p99),
+        _ms(r.itl_p99),
+        _ms(r.e2e_p99),
+        "" if r.req_s is None else f"{r.req_s:.2f}",
+        "" if r.tok_s is None else f"{r.tok_s:.0f}",
+        slo,
+        r.reason,
+    )
+
+
+class TrialTable(DataTable):
+    DEFAULT_CSS = """
+    TrialTable { height: 1fr; }
+    """
+
+    def __init__(self, **kw) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
+        self._rows: dict[str, RowView] = {}
+
+    def on_mount(self) -> None:
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+
+    def sync(self, rows: tuple[RowView, ...]) -> list[str]:
+        """Make the table show ``rows``: add new rows, update changed cells, drop rows that
+        went away (a trial's own line once its first point lands). Returns the added keys."""
+        wanted = {r.key: r for r in rows}
+        for key in [k for k in self._rows if k not in wanted]:
+            self.remove_row(key)
+            del self._rows[key]
+        added = []
+        for r in rows:
+            old = self._rows.get(r.key)
+            if old == r:
+                continue
+            if old is None:
+                self.add_row(*_cells(r), key=r.key)
+                added.append(r.key)
+            else:
+                for (col, _), new, prev in zip(COLUMNS, _cells(r), _cells(old)):
+                    if new != prev:
+                        self.update_cell(r.key, col, new)
+            self._rows[r.key] = r
+        return added
+
+    def selected(self) -> RowView | None:
+        if not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return self._rows.get(key or "")
