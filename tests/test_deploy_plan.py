@@ -358,3 +358,18 @@ def test_cli_plan_from_flags_and_missing_source(capsys, monkeypatch):
 def test_cli_trial_without_store_support_says_what_to_do(capsys):
     rc, out, err = _cli(["deploy", "plan", "--trial", "12", "--instance", "ml.g6.12xlarge"], capsys)
     assert rc == 2 and "--from-json" in err
+
+
+def test_cli_aws_commands_check_region_and_credentials_offline(capsys, monkeypatch, tmp_path):
+    """An unknown region or missing credentials is exit 2 before any request; the
+    credential chain is kept off the network (no instance metadata lookup)."""
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens; never reached
+    rc, out, err = _cli(["deploy", "delete", "--name", "x", "--region", "us-est-1", "--yes"], capsys)
+    assert rc == 2 and "unknown region 'us-est-1'" in err and "us-east-1" in err
+    rc, out, err = _cli(["deploy", "status", "--name", "x", "--region", "us-east-1"], capsys)
+    assert rc == 2 and "no AWS credentials" in err

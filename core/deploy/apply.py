@@ -55,6 +55,7 @@ def make_clients(region: str, endpoint_url: str | None = None) -> AwsClients:
     import boto3
     from botocore.config import Config
 
+    check_region(region)
     session = boto3.session.Session(region_name=region)
     cfg = Config(connect_timeout=10, read_timeout=120)
     kw: dict[str, Any] = {"region_name": region, "config": cfg}
@@ -63,6 +64,21 @@ def make_clients(region: str, endpoint_url: str | None = None) -> AwsClients:
     return AwsClients(sagemaker=session.client("sagemaker", **kw),
                       runtime=session.client("sagemaker-runtime", **kw),
                       secretsmanager=session.client("secretsmanager", **kw))
+
+
+def check_region(region: str) -> None:
+    """An unknown region is the user's typo, not a network error: botocore's bundled
+    endpoint data says which regions have SageMaker, offline."""
+    import boto3
+
+    session = boto3.session.Session()
+    known = {r for p in session.get_available_partitions() for r in session.get_available_regions("sagemaker", p)}
+    if region not in known:
+        import difflib
+
+        close = difflib.get_close_matches(region, sorted(known), n=3)
+        raise BadInput(f"unknown region {region!r}: SageMaker is not offered there",
+                       f"did you mean {', '.join(close)}?" if close else "e.g. us-east-1")
 
 
 @dataclass
@@ -125,6 +141,22 @@ def _client_error(e: Exception) -> bool:
     from botocore.exceptions import BotoCoreError, ClientError
 
     return isinstance(e, (ClientError, BotoCoreError))
+
+
+def _translate(e: Exception, what: str, redact: Redactor | None = None) -> KneeError:
+    """A botocore failure as the error the user sees: missing credentials are theirs to
+    fix (exit 2); anything else is a failed run (exit 1)."""
+    from botocore.exceptions import NoCredentialsError, NoRegionError, PartialCredentialsError
+
+    if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
+        return BadInput("no AWS credentials found", "set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+    if isinstance(e, NoRegionError):
+        return BadInput("no AWS region", "pass --region")
+    if _err_code(e) in ("AccessDeniedException", "AccessDenied", "UnrecognizedClientException", "ExpiredTokenException",
+                        "InvalidClientTokenId"):
+        return BadInput(f"{what}: AWS refused the credentials ({_err_code(e)})", "check the profile and its permissions")
+    msg = f"{what}: {e}"
+    return RunFailed(redact(msg) if redact else msg)
 
 
 _DESCRIBE = {
@@ -352,7 +384,7 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
         raise
     except Exception as e:
         if _client_error(e):
-            raise RunFailed(redact(f"cannot reach SageMaker in {plan.region}: {e}")) from None
+            raise _translate(e, f"cannot check SageMaker in {plan.region}", redact) from None
         raise
 
     try:
@@ -399,7 +431,7 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
         if isinstance(e, KneeError):
             raise type(e)(msg) from None
         if _client_error(e):
-            raise RunFailed(msg) from None
+            raise _translate(e, "apply failed", redact) from None
         raise
     ic = f" --inference-component {plan.inference_component_name}" if plan.inference_component_name else ""
     return ApplyResult(name=plan.name, endpoint_name=plan.endpoint_name, created=created, reused=reused, smoke=smoke,
@@ -474,7 +506,7 @@ def delete_deployment(name: str, *, confirmed: bool, region: str = "us-east-1", 
         ep, ics, configs, models = _discover(run, name)
     except Exception as e:
         if _client_error(e):
-            raise RunFailed(f"cannot reach SageMaker in {region}: {e}") from None
+            raise _translate(e, f"cannot read SageMaker in {region}") from None
         raise
     result = DeleteResult(name=name, deleted=[], not_found=[], skipped=[])
     order = [("inference_component", n) for n in ics] + [("endpoint", name)] + \
@@ -500,7 +532,7 @@ def delete_deployment(name: str, *, confirmed: bool, region: str = "us-east-1", 
         raise
     except Exception as e:
         if _client_error(e):
-            raise RunFailed(f"delete stopped at a failed call: {e}") from None
+            raise _translate(e, "delete stopped at a failed call") from None
         raise
     return result
 
@@ -510,6 +542,17 @@ def describe_deployment(name: str, *, region: str = "us-east-1", clients: AwsCli
     the HF token)."""
     clients = clients or make_clients(region)
     run = _Run(clients, None, ApplyOptions(), Redactor())
+    try:
+        return _describe(run, name)
+    except KneeError:
+        raise
+    except Exception as e:
+        if _client_error(e):
+            raise _translate(e, f"cannot read SageMaker in {region}") from None
+        raise
+
+
+def _describe(run: _Run, name: str) -> DeploymentStatus:
     ep, ics, configs, models = _discover(run, name)
     endpoint = None
     managed = False
@@ -546,10 +589,10 @@ def scale_deployment(name: str, *, copies: int | None = None, instances: int | N
         raise BadInput("a count must be at least 1")
     clients = clients or make_clients(region)
     run = _Run(clients, progress, options or ApplyOptions(), Redactor())
-    ep, ics, _, _ = _discover(run, name)
-    if ep is None:
-        raise BadInput(f"no endpoint named {name} in {region}")
     try:
+        ep, ics, _, _ = _discover(run, name)
+        if ep is None:
+            raise BadInput(f"no endpoint named {name} in {region}")
         if copies is not None:
             if not ics:
                 raise BadInput(f"{name} has no inference components", "scale a single-model endpoint with --instances")
@@ -567,7 +610,7 @@ def scale_deployment(name: str, *, copies: int | None = None, instances: int | N
         raise
     except Exception as e:
         if _client_error(e):
-            raise RunFailed(f"scaling failed: {e}") from None
+            raise _translate(e, "scaling failed") from None
         raise
     run.emit("scale", "done", "scaled")
     return describe_deployment(name, region=region, clients=clients)
