@@ -387,7 +387,7 @@ class StudyStore:
         return decode_records(row[0]) if row and row[0] else []
 
     # ---- events ---------------------------------------------------------------------------
-    def emit(self, study: str, kind: str, **data: Any) -> int:
+    def emit(self, study: str, kind: str, /, **data: Any) -> int:
         with self.engine.begin() as c:
             res = c.execute(events_t.insert().values(study=study, time=time.time(), kind=kind, data=_dumps(data)))
             return int(res.inserted_primary_key[0])

@@ -217,8 +217,14 @@ def parse_part(part: str, known: dict[str, type], strict: bool, side: str) -> Ar
         )
         values.append(typed)
     # Duplicate choices would run the same point twice; keep the first.
-    unique = tuple(dict.fromkeys(values))
-    return ArgSet(names=names, values=unique)
+    seen_keys: set[str] = set()
+    unique = []
+    for v in values:
+        k = canonical(list(v))  # dict values are unhashable; compare their canonical JSON
+        if k not in seen_keys:
+            seen_keys.add(k)
+            unique.append(v)
+    return ArgSet(names=names, values=tuple(unique))
 
 
 def parse_args(texts: str | list[str] | None, side: str = "server", framework: str | None = "vllm") -> list[ArgSet]:

@@ -134,7 +134,7 @@ class Runner:
         self._available_gpus: list[int] | None = None
 
     # ---- events -----------------------------------------------------------------------------
-    def emit(self, kind: str, **data: Any) -> None:
+    def emit(self, kind: str, /, **data: Any) -> None:
         self.store.emit(self.study, kind, **data)
         now = time.time()
         if now - self._last_beat > 2.0:
@@ -331,7 +331,7 @@ class Runner:
             strategy.observe(trial, p, row)
             self.summary.points_failed += 1
         strategy.trial_failed(trial)
-        self.emit("trial_failed", trial_id=tid, kind=kind, reason=reason, server_args=trial.server_args)
+        self.emit("trial_failed", trial_id=tid, failure=kind, reason=reason, server_args=trial.server_args)
 
     def _row(self, trial: TrialPlan, tid: int, p: PointPlan, **kw: Any) -> PointRow:
         return PointRow(

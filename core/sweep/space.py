@@ -195,7 +195,12 @@ def _toml_sets(table: dict[str, Any], side: str) -> list[ArgSet]:
             vals.append(tuple(_coerce(v, known.get(n), n, raw_name) for n, v in zip(names, items)))
         if not vals:
             raise BadInput(f"{raw_name} has an empty list of values in the sweep file")
-        sets.append(ArgSet(names, tuple(dict.fromkeys(vals))))
+        from core.sweep.grammar import canonical
+
+        uniq: dict[str, tuple] = {}
+        for v in vals:
+            uniq.setdefault(canonical(list(v)), v)  # first occurrence wins, order kept
+        sets.append(ArgSet(names, tuple(uniq.values())))
     return sets
 
 
