@@ -5,6 +5,7 @@ thousand tokens, so preemption, admission stalls and prefix caching all happen.
 """
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -53,15 +54,16 @@ def cases(draw):
             concurrency=draw(st.one_of(st.none(), st.integers(1, 32))),
         )
     router = draw(st.sampled_from(["least-loaded", "round-robin"]))
-    return cfg, wl, load, router, draw(st.integers(0, 2**16))
+    timeout = draw(st.one_of(st.none(), st.floats(0.05, 5.0)))
+    return cfg, wl, load, router, timeout, draw(st.integers(0, 2**16))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_every_request_accounted_tokens_add_up_and_kv_within_capacity(case):
-    cfg, wl, load, router, seed = case
+    cfg, wl, load, router, timeout, seed = case
     try:
-        res, reps, reqs = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router)
+        res, reps, reqs = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout)
     except InfeasibleConfig:
         assume(False)
         return
@@ -88,10 +90,15 @@ def test_every_request_accounted_tokens_add_up_and_kv_within_capacity(case):
         assert r.chunk_times[0] > r.send_time
         assert r.end_time == r.chunk_times[-1]
     assert res.summary["total_output_tokens"] == sum(r.output_tokens for r in done)
-    # Failures here can only be prompts that cannot fit max_model_len.
+    # Failures here can only be prompts that cannot fit max_model_len, or timeouts.
     for r in failed:
         rid = wl.warmup + r.index
-        assert reqs.P[rid] + reqs.O[rid] > cfg.max_model_len
+        if r.error.startswith("timeout"):
+            assert timeout is not None and r.end_time == pytest.approx(r.send_time + timeout)
+        else:
+            assert reqs.P[rid] + reqs.O[rid] > cfg.max_model_len
+    if timeout is not None:
+        assert all(r.end_time - r.send_time <= timeout + 1e-9 for r in done)
 
     # KV use never exceeded capacity, and every block came back (except the pinned prefix).
     for rep in reps:
@@ -117,13 +124,13 @@ def test_every_request_accounted_tokens_add_up_and_kv_within_capacity(case):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_deterministic_for_a_seed(case):
-    cfg, wl, load, router, seed = case
+    cfg, wl, load, router, timeout, seed = case
     try:
-        a = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router)[0]
+        a = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout)[0]
     except InfeasibleConfig:
         assume(False)
         return
-    b = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router)[0]
+    b = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout)[0]
     assert [(r.send_time, r.end_time, r.output_tokens) for r in a.records] == [
         (r.send_time, r.end_time, r.output_tokens) for r in b.records
     ]

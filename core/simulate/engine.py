@@ -336,6 +336,32 @@ class Replica:
         self.step = s + 1
         return True
 
+    def abort(self, rid: int, t: float, reason: str) -> None:
+        """The client gave up on ``rid`` (a timeout): vLLM aborts it between steps and frees
+        its KV blocks; whatever it computed is wasted."""
+        R = self.reqs
+        st = R.state[rid]
+        if st == WAITING:
+            self.waiting.remove(rid)
+        elif st == PREFILL:
+            self.prefilling.remove(rid)
+            self.free += -(-R.kv[rid] // BLOCK) - R.shared[rid]
+        elif st == DECODE:
+            s, kv0, s0 = self.step, R.kv[rid], R.s0[rid]
+            kv = kv0 + (s - s0)
+            self.n_dec -= 1
+            self.kv_sum -= kv
+            self.phase[(s0 - kv0) % BLOCK] -= 1
+            self.free += -(-kv // BLOCK) - R.shared[rid]
+        else:
+            return
+        R.admit[rid] = -1
+        R.shared[rid] = 0
+        R.state[rid] = FAILED
+        R.error[rid] = reason
+        R.end[rid] = t
+        self.on_finish(rid, t)
+
     def fail_head(self, reason: str) -> int:
         """Fail the request at the head of the queue (it can never be scheduled)."""
         rid = self.waiting.popleft()

@@ -47,7 +47,7 @@ from core.estimate.costmodel import CostModel
 from core.estimate.memory import BLOCK_TOKENS, MemoryPlan, plan_memory
 from core.load.metrics import summarize
 from core.simulate.arrivals import arrival_times, sample_lengths
-from core.simulate.engine import BLOCK, DONE, FAILED, Replica, Requests
+from core.simulate.engine import BLOCK, DONE, FAILED, PENDING, Replica, Requests
 from core.spec.hardware import Hardware
 from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
 from core.spec.records import RequestRecord
@@ -152,11 +152,11 @@ class _Sim:
         self.cap = 1 << 62
         self.client_queue: list[int] = []  # FIFO via index
         self._cq_head = 0
-        self.next_closed: Callable[[float], None] | None = None
+        self.timeout = math.inf  # client request timeout (s after send)
         self.after_finish: Callable[[int, float], None] | None = None
 
     # Event kinds: 0 = the schedule wants to send, 1 = the request reaches the engine,
-    # 2 = the client has received the whole response.
+    # 2 = the client has received the whole response, 3 = the client's timeout fires.
     def push(self, t: float, kind: int, rid: int) -> None:
         self._tie += 1
         heapq.heappush(self.events, (t, self._tie, kind, rid))
@@ -165,6 +165,22 @@ class _Sim:
         self.send[rid] = t
         self.in_flight += 1
         self.push(t + self.api_s, 1, rid)
+        if self.timeout < math.inf:
+            self.push(t + self.timeout, 3, rid)
+
+    def time_out(self, rid: int, t: float) -> None:
+        R = self.reqs
+        st = R.state[rid]
+        if st == DONE or st == FAILED:
+            return
+        reason = f"timeout: no complete response within {self.timeout:g} s"
+        if st == PENDING:  # still in the API server: never reaches the engine
+            R.state[rid] = FAILED
+            R.error[rid] = reason
+            R.end[rid] = t
+            self.finished(rid, t)
+        else:
+            self.replicas[R.replica[rid]].abort(rid, t, reason)
 
     def want_send(self, rid: int, t: float) -> None:
         if self.in_flight < self.cap:
@@ -174,6 +190,8 @@ class _Sim:
 
     def arrive(self, rid: int, t: float) -> None:
         R = self.reqs
+        if R.state[rid] == FAILED:  # timed out before it got here
+            return
         if R.P[rid] + R.O[rid] > self.max_len:
             R.state[rid] = FAILED
             R.error[rid] = (
@@ -200,6 +218,13 @@ class _Sim:
         sees its last token (and frees its slot) once the API server has streamed it."""
         R = self.reqs
         end = t + R.O[rid] * self.tok_s if R.state[rid] == DONE else t
+        deadline = self.send[rid] + self.timeout
+        if end > deadline:
+            # Finished within the step that straddled the client's deadline: the client had
+            # already given up, so it is a timeout all the same.
+            R.state[rid] = FAILED
+            R.error[rid] = f"timeout: no complete response within {self.timeout:g} s"
+            end = deadline
         self.client_end[rid] = end
         self.push(end, 2, rid)
 
@@ -235,8 +260,10 @@ class _Sim:
                     self.want_send(rid, t)
                 elif kind == 1:
                     self.arrive(rid, t)
-                else:
+                elif kind == 2:
                     self.client_done(rid, t)
+                else:
+                    self.time_out(rid, t)
                 continue
             if rep is None:
                 break
@@ -282,6 +309,7 @@ def simulate(
     engine: str = "vllm",
     engine_version: str | None = None,
     router: str = "least-loaded",
+    request_timeout_s: float | None = None,
     sample_interval_s: float | None = None,
 ) -> SimResult:
     """Simulate one load point of ``workload`` on ``config`` (see the module docstring).
@@ -289,12 +317,15 @@ def simulate(
     Deterministic: the same arguments and ``seed`` give the same records. ``router`` spreads
     requests over ``config.dp`` replicas (``least-loaded``: fewest running + waiting, as
     vLLM's data-parallel front end does; ``round-robin``: as a plain load balancer does).
+    ``request_timeout_s``: the client gives up on a request that has not completed this
+    long after it was sent (the engine aborts it, freeing its KV cache; it is recorded as
+    failed), as the real client does with its timeout.
     ``sample_interval_s``: spacing of the time series (default: about 500 samples).
     Raises :class:`InfeasibleConfig` where a real vLLM would not start.
     """
     return simulate_detailed(
-        arch, hardware, config, workload, load, seed,
-        engine=engine, engine_version=engine_version, router=router, sample_interval_s=sample_interval_s,
+        arch, hardware, config, workload, load, seed, engine=engine, engine_version=engine_version,
+        router=router, request_timeout_s=request_timeout_s, sample_interval_s=sample_interval_s,
     )[0]
 
 
@@ -309,6 +340,7 @@ def simulate_detailed(
     engine: str = "vllm",
     engine_version: str | None = None,
     router: str = "least-loaded",
+    request_timeout_s: float | None = None,
     sample_interval_s: float | None = None,
 ) -> tuple[SimResult, list[Replica], Requests]:
     """:func:`simulate`, also returning the replicas and the per-request state (for tests
@@ -340,6 +372,10 @@ def simulate_detailed(
     conc = load.concurrency
     if conc is not None:
         sim.cap = conc
+    if request_timeout_s is not None:
+        if not request_timeout_s > 0:
+            raise BadInput(f"request timeout must be positive, got {request_timeout_s}")
+        sim.timeout = float(request_timeout_s)
     send_until = load.duration_s if load.duration_s is not None else math.inf
     if closed:
         schedule = None
