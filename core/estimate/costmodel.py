@@ -46,7 +46,8 @@ def calibration() -> dict:
 
 
 def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
-    """Overheads for an engine; vLLM before 0.6 maps to the legacy profile."""
+    """Overheads for an engine. vLLM by version: before 0.6 the legacy engine, 0.6 and 0.7
+    the V0 engine (faster, still no chunked prefill by default), from 0.8 (or unknown) V1."""
     table = calibration()["engine"]
     name = (engine or "vllm").lower()
     if name in ("vllm", "sim") and version:
@@ -54,6 +55,8 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
             major, minor = (int(x) for x in version.split(".")[:2])
             if (major, minor) < (0, 6):
                 name = "vllm-legacy"
+            elif (major, minor) < (0, 8):
+                name = "vllm-v0"
         except ValueError:
             pass
     if name in ("sim", "nim", "other", "tgi", "custom"):

@@ -202,6 +202,11 @@ class _State:
     def mean_step(self) -> float:
         return self.cycle / self.steps if self.steps else 0.0
 
+    def align(self, others: float) -> float:
+        """Mean wait for the step in flight to end before a new request can join: half a
+        step when the engine is busy with ``others`` sequences, nothing when it is idle."""
+        return 0.5 * self.mean_step * min(1.0, max(others, 0.0))
+
 
 def _quantile_len(dist: LengthDist, q: float) -> float:
     if dist.kind == "uniform":
@@ -364,24 +369,25 @@ class Predictor:
             decode_work = n * dec_steps
             frac_mixed = (n_mixed * dec_mixed / decode_work) if decode_work > 0 else 0.0
         else:
-            # Whole prompts in prefill-only steps (prefill first, as vLLM < 0.6 schedules);
-            # several waiting prompts share one step when they fit the budget.
-            k = 1
-            group = 1.0
+            # Prefill-only steps (vLLM < 0.8 by default, SGLang): whole prompts, several per step
+            # when they fit the budget (longer prompts in budget-sized pieces), while decodes
+            # stall. Waiting prompts go first, so those that arrived during the last step share one.
+            k = max(1, math.ceil(I / budget))
             t_pure = step(0.0, 0.0, 0.0, n, n * ctx, 0.0) if dec_steps > 0 else 0.0
-            for _ in range(3):
-                t_mixed = step(group * I, group * I * I / 2.0, group * I, 0.0, 0.0, group)
-                cycle = n / group * t_mixed + dec_steps * t_pure
-                arrivals_per_step = n / cycle * (cycle / (n / group + dec_steps))
-                group = min(max(1.0, arrivals_per_step), max(1.0, budget // max(int(I), 1)), n)
-            n_mixed = n / group
+            fit = max(1.0, budget // max(int(I), 1)) if k == 1 else 1.0
+            group = 1.0
+            for _ in range(4):
+                chunk = group * I / k
+                t_mixed = step(chunk, group * I * I / 2.0 / k, group * I * (k + 1) / 2.0 / k, 0.0, 0.0, group)
+                n_mixed = n * k / group
+                cycle = n_mixed * t_mixed + dec_steps * t_pure
+                arrivals_per_step = n / cycle * (cycle / (n_mixed + dec_steps)) if k == 1 else 1.0
+                group = min(max(1.0, arrivals_per_step), fit, n)
             steps = n_mixed + dec_steps
-            t_mixed = step(group * I, group * I * I / 2.0, group * I, 0.0, 0.0, group)
-            cycle = n_mixed * t_mixed + dec_steps * t_pure
-            prefill = t_mixed
-            dec_mixed, dec_pure, p_tok = 0.0, n, group * I
+            prefill = k * t_mixed
+            dec_mixed, dec_pure, p_tok = 0.0, n, group * I / k
             # A decoding request stalls through the other prompts' prefill steps.
-            frac_mixed = max(0.0, n_mixed - 1) / max(n_mixed - 1 + dec_steps, 1.0)
+            frac_mixed = max(0.0, n_mixed - k) / max(n_mixed - k + dec_steps, 1.0)
         tpot = (cycle - prefill) / dec_steps if dec_steps > 0 else 0.0
         if busy < 1.0:
             n = busy
@@ -422,14 +428,14 @@ class Predictor:
             for _ in range(8):
                 # Little's law: of the C requests a client holds, the engine runs those not in
                 # API overhead or waiting for the next step.
-                e = ovh + 0.5 * st.mean_step + st.cycle + tail
+                e = ovh + st.align(n - 1) + st.cycle + tail
                 n_new = min(cap, max(min(c, 1.0), c * st.cycle / e))
                 if abs(n_new - n) < 1e-3 * max(n, 1.0):
                     break
                 n = 0.5 * (n + n_new)
                 st = self._state(cm, n, budget)
             x = st.throughput
-            e = ovh + 0.5 * st.mean_step + st.cycle + tail
+            e = ovh + st.align(n - 1) + st.cycle + tail
             wait = max(0.0, c / x - e) if x > 0 else math.inf
             limited = "load" if n < cap - 1e-6 else cap_reason
             return self._finish(cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs)
@@ -470,15 +476,35 @@ class Predictor:
         return pred
 
     def _finish(self, cfg, cm, st: _State, x: float, wait: float, wait_kind: str, limited: str,
-                saturated: bool, concurrency, request_rate, budget: int, seqs: int) -> Prediction:
+                saturated: bool, concurrency, request_rate, budget: int, seqs: int,
+                gaps: list[tuple[float, float]] | None = None) -> Prediction:
         """Means and approximate percentiles from a replica's steady state."""
         I, O = self.input_len, self.output_len
         dp = cfg.dp
         ovh = cm.request_overhead_s
         chunked = bool(self.profile.get("chunked_prefill", 1))
         dec = max(O - 1.0, 0.0)
-        ttft_mean = ovh + wait + 0.5 * st.mean_step + st.prefill
+        # Closed loop: a new request finds the others running; open loop and bursts: all of them.
+        others = st.n - 1 if wait_kind == "fixed" else st.n
+        busy = min(1.0, max(others, 0.0))
+        ttft_mean = ovh + wait + st.align(others) + st.prefill
         tpot_mean = st.tpot + cm.output_token_overhead_s
+        gap_q: dict[str, float] = {}
+        if gaps:
+            # A burst: the token-weighted distribution of decode step times over the run
+            # (large batches first, the thinning drain at the end).
+            total = sum(w for _, w in gaps)
+            tpot_mean = sum(t * w for t, w in gaps) / total + cm.output_token_overhead_s
+            ordered = sorted(gaps)
+            for name, q in QUANTILES.items():
+                acc = 0.0
+                for t, w in ordered:
+                    acc += w
+                    if acc >= q * total:
+                        gap_q[name] = t + cm.output_token_overhead_s
+                        break
+                else:
+                    gap_q[name] = ordered[-1][0] + cm.output_token_overhead_s
         e2e_mean = ttft_mean + dec * tpot_mean
 
         # Percentiles (approximate; see the module docstring).
@@ -498,7 +524,7 @@ class Predictor:
                 w = wait
             k_coll = _poisson_quantile(collide_m, q)
             pf = st.prefill * (_quantile_len(self.workload.input, q) / I) * (1 + share * k_coll / max(st.k, 1))
-            t = ovh + w + q * st.mean_step + pf
+            t = ovh + w + q * st.mean_step * busy + pf
             ttft_q[name] = t
             if dec > 0:
                 # Mixed steps among a request's decode steps: binomial(O−1, frac_mixed).
@@ -508,6 +534,8 @@ class Predictor:
                 itl = max(itl, 0.0) + cm.output_token_overhead_s
             else:
                 itl = 0.0
+            if gap_q:
+                itl = gap_q[name]
             itl_q[name] = itl
             devs = (t - ttft_mean, dec * (itl - tpot_mean), (_quantile_len(self.workload.output, q) - O) * tpot_mean)
             mag = math.sqrt(sum(d * d for d in devs))
@@ -568,9 +596,44 @@ class Predictor:
         budget, seqs, _ = self._knobs(cfg)
         st = self._state(cm, run, budget)
         x = st.throughput
+        gaps = None
+        if self.workload.output.kind != "fixed" and per_rep > 1:
+            x, gaps = self._burst(cm, st, per_rep, run, budget)
         # The i-th request of the burst starts once i − N have finished: mean wait (n − N)/2X.
         wait = max(0.0, per_rep - run) / 2.0 / x
-        return self._finish(cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs)
+        return self._finish(cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, gaps)
+
+    def _burst(self, cm: CostModel, st: _State, n: float, run: float, budget: int) -> tuple[float, list[tuple[float, float]]]:
+        """Request rate of a finite burst whose output lengths vary: the queue drains at the
+        capped steady state, then the last ``run`` requests finish one by one and the batch
+        thins out — the long ones decode almost alone (the "drain"), which is what a burst
+        of ShareGPT-like requests spends much of its time on."""
+        I = self.input_len
+        # 48 quantiles; the last one is the longest of n draws (about the 1 − 1/2n quantile).
+        grid = [(j + 0.5) / 48 for j in range(47)] + [max(47.5 / 48, 1 - 0.5 / n)]
+        lengths = sorted(_quantile_len(self.workload.output, q) for q in grid)
+        queued = max(0.0, n - run)
+        total = queued / st.throughput if queued else 0.0
+        gaps: list[tuple[float, float]] = []  # (decode step seconds, tokens produced at it)
+        if queued:
+            gaps.append((st.tpot, queued * max(self.output_len - 1, 0.0)))
+        else:
+            # One wave: every prompt prefills first (budget-sized steps), then decodes.
+            tokens = run * I
+            steps = max(1, math.ceil(tokens / budget))
+            per = tokens / steps
+            total += steps * cm.step_seconds(per, per * I / 2.0, per, 0.0, 0.0, run / steps)
+        prev = 0.0
+        m = len(lengths)
+        for j, length in enumerate(lengths):
+            b = run * (m - j) / m  # sequences still decoding
+            dt = max(length - prev, 0.0)
+            if dt > 0:
+                t = cm.step_seconds(0.0, 0.0, 0.0, b, b * (I + (prev + length) / 2.0), 0.0)
+                total += dt * t
+                gaps.append((t, dt * b))
+            prev = length
+        return (n / total if total > 0 else st.throughput), gaps
 
 
 def dec_gap(st: _State, chunked: bool, dec: float) -> float:
@@ -578,4 +641,4 @@ def dec_gap(st: _State, chunked: bool, dec: float) -> float:
     if chunked:
         return st.t_mixed - st.t_pure
     # Without chunked prefill a stall is a whole prefill step on top of the decode step.
-    return st.t_mixed * (max(st.n_mixed - 1, 0.0) + dec) / dec
+    return st.t_mixed * (max(st.n_mixed - st.k, 0.0) + dec) / dec
