@@ -355,9 +355,10 @@ def test_cli_plan_from_flags_and_missing_source(capsys, monkeypatch):
     assert rc == 2 and "nothing to deploy" in err
 
 
-def test_cli_trial_without_store_support_says_what_to_do(capsys):
+def test_cli_trial_without_a_store_is_one_line_exit_2(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no .knee here
     rc, out, err = _cli(["deploy", "plan", "--trial", "12", "--instance", "ml.g6.12xlarge"], capsys)
-    assert rc == 2 and "--from-json" in err
+    assert rc == 2 and err.startswith("knee: error:") and err.count("\n") == 1
 
 
 def test_cli_aws_commands_check_region_and_credentials_offline(capsys, monkeypatch, tmp_path):
@@ -373,3 +374,27 @@ def test_cli_aws_commands_check_region_and_credentials_offline(capsys, monkeypat
     assert rc == 2 and "unknown region 'us-est-1'" in err and "us-east-1" in err
     rc, out, err = _cli(["deploy", "status", "--name", "x", "--region", "us-east-1"], capsys)
     assert rc == 2 and "no AWS credentials" in err
+
+
+def test_from_study_picks_the_best_point_that_met_the_slos():
+    """The store adapter over duck-typed rows (the store's schema is not pinned here)."""
+    from types import SimpleNamespace as NS
+
+    from core.deploy import from_study
+
+    def point(tid, rps, tps, meets, c):
+        return NS(trial_id=tid, status="ok", meets_slo=meets, simulated=True, client_args={"max_concurrency": c},
+                  summary={"request_throughput": rps, "output_throughput": tps})
+
+    store = NS(
+        latest_study=lambda: "s1",
+        spec=lambda study: NS(model="Qwen/Qwen3-4B", instance="ml.g6.12xlarge", gpu=None),
+        trials=lambda study: [NS(trial_id=3, server_args={"tp": 1, "max_num_seqs": 64})],
+        points=lambda study: [point(3, 0.6, 300.0, True, 16), point(3, 0.8, 400.0, True, 32),
+                              point(3, 1.2, 600.0, False, 64), point(4, 9.0, 9000.0, True, 64)],
+    )
+    src = from_study(store, "3", to_config=lambda model, args: ServerConfig(model=model, **args))
+    assert (src.request_throughput, src.output_throughput, src.gpu, src.num_gpus) == (0.8, 400.0, "L4", 1)
+    assert src.simulated and src.trial_id == "3" and src.study == "s1" and "max_concurrency=32" in src.note
+    with pytest.raises(BadInput, match="no trial 7"):
+        from_study(store, 7, to_config=lambda model, args: ServerConfig(model=model, **args))

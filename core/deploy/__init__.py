@@ -29,13 +29,13 @@ from core.deploy.containers import CONTAINERS, KnobMapping, check_knobs, contain
 from core.deploy.plan import ApiCall, DeployPlan, DeployTarget, Sizing, build_plan, load_plan, with_role
 from core.deploy.preview import python_snippet, render_text, requests_json, save_preview, summary_lines
 from core.deploy.secrets import Redactor, SecretRef, default_ref, parse_ref
-from core.deploy.source import DeploySource, TrialStore, from_dict, from_json_file, from_trial
+from core.deploy.source import DeploySource, TrialStore, from_dict, from_json_file, from_study, from_trial
 
 __all__ = [
     "ApiCall", "ApplyOptions", "ApplyResult", "AwsClients", "CONTAINERS", "DeleteResult", "DeployEvent",
     "DeployPlan", "DeploySource", "DeployTarget", "DeploymentStatus", "KnobMapping", "Redactor", "SecretRef",
     "Sizing", "SmokeResult", "TrialStore", "apply_plan", "build_plan", "check_knobs", "container_env",
-    "default_ref", "delete_deployment", "describe_deployment", "from_dict", "from_json_file", "from_trial",
+    "default_ref", "delete_deployment", "describe_deployment", "from_dict", "from_json_file", "from_study", "from_trial",
     "load_plan", "make_clients", "parse_ref", "python_snippet", "render_text", "requests_json", "resolve_image",
     "save_preview", "scale_deployment", "smoke_test", "summary_lines", "with_role",
 ]

@@ -93,3 +93,47 @@ def from_trial(store: TrialStore, trial_id: str) -> DeploySource:
     if not isinstance(src, DeploySource):  # a store returning a dict is accepted too
         src = from_dict(dict(src), where=f"trial {trial_id}")
     return src
+
+
+def from_study(store: Any, trial_id: str | int, study: str | None = None, to_config: Any = None) -> DeploySource:
+    """A :class:`DeploySource` from the study store's rows, by duck typing (``store.spec``,
+    ``store.trials``, ``store.points``, ``store.latest_study``) so that this package does
+    not pin the store's schema. The operating point is the trial's best load point by
+    request throughput among those that met the SLOs (all ok points when none did).
+    ``to_config(model, server_args)`` defaults to the sweep's own mapping."""
+    if to_config is None:
+        from core.sweep.space import server_config as to_config
+
+    study = study or store.latest_study()
+    if not study:
+        raise BadInput("the study store has no studies", "run a sweep first, or pass --from-json")
+    try:
+        tid = int(trial_id)
+    except (TypeError, ValueError):
+        raise BadInput(f"trial id must be a number, got {trial_id!r}") from None
+    trial = next((t for t in store.trials(study) if t.trial_id == tid), None)
+    if trial is None:
+        raise BadInput(f"no trial {tid} in study {study!r}", "see `knee results`")
+    spec = store.spec(study)
+    points = [p for p in store.points(study) if p.trial_id == tid and p.status == "ok"]
+    good = [p for p in points if p.meets_slo]
+    pool = good or points
+    best = max(pool, key=lambda p: p.summary.get("request_throughput") or 0.0, default=None)
+    cfg = to_config(spec.model, trial.server_args)
+    gpu = spec.gpu
+    if spec.instance:
+        from core.catalog import get_instance
+
+        gpu = get_instance(spec.instance).gpu
+    note = ""
+    if best is not None:
+        load = ", ".join(f"{k}={v}" for k, v in sorted(best.client_args.items()))
+        note = f"at {load}" + ("" if best.meets_slo is None else (", meets the SLOs" if best.meets_slo else ", misses the SLOs"))
+    s = best.summary if best is not None else {}
+    return DeploySource(
+        config=cfg, gpu=gpu, num_gpus=cfg.num_gpus,
+        request_throughput=s.get("request_throughput") or None,
+        output_throughput=s.get("output_throughput") or None,
+        simulated=bool(best.simulated) if best is not None else False,
+        trial_id=str(tid), study=study, note=note,
+    )

@@ -33,6 +33,8 @@ def _source_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what to deploy (a trial, a file, or flags; flags override)")
     g.add_argument("--trial", help="trial id in the study store")
     g.add_argument("--study", help="study holding --trial (default: the latest)")
+    g.add_argument("--workspace", help="workspace holding the study store (default: .knee)")
+    g.add_argument("--storage", help="study store file or SQLAlchemy URL (overrides --workspace)")
     g.add_argument("--from-json", metavar="FILE", help="a DeploySource JSON file")
     for flag, typ, _, hlp in _KNOB_FLAGS:
         g.add_argument(flag, type=typ, help=hlp)
@@ -127,23 +129,27 @@ def _region(args) -> str:
     return args.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
 
-def _load_trial(trial_id: str, study: str | None):
+def _load_trial(trial_id: str, study: str | None, workspace: str | None = None, storage: str | None = None):
     """The study store's trial as a DeploySource. The store grows ``deploy_source`` (see
     core.deploy.source.TrialStore); until it does, say how to go on."""
-    from core.deploy import from_trial
+    from core.deploy import from_study, from_trial
 
     try:
         from core.results.store import StudyStore  # type: ignore[attr-defined]
-    except Exception:
+    except ImportError:
         StudyStore = None  # noqa: N806
-    if StudyStore is None or not hasattr(StudyStore, "deploy_source"):
-        raise BadInput("--trial needs the study store, which cannot resolve trials for deploy yet",
+    if StudyStore is None:
+        raise BadInput("--trial needs the study store, which is not available in this build",
                        "export the trial with --from-json FILE or give --model --tp ... and the throughput flags")
-    store = StudyStore(create=False)
+    from core.results import store as store_mod
+
+    if storage is None and workspace is not None and hasattr(store_mod, "default_storage"):
+        storage = store_mod.default_storage(workspace)
+    store = StudyStore(storage, create=False)
     try:
-        if study is not None:
-            return store.deploy_source(trial_id, study=study)
-        return from_trial(store, trial_id)
+        if hasattr(store, "deploy_source"):  # the store's own mapping, when it has one
+            return store.deploy_source(trial_id, study=study) if study else from_trial(store, trial_id)
+        return from_study(store, trial_id, study)
     finally:
         store.close()
 
@@ -156,7 +162,7 @@ def _source(args):
         raise BadInput("give --trial or --from-json, not both")
     base = None
     if args.trial:
-        base = _load_trial(args.trial, args.study)
+        base = _load_trial(args.trial, args.study, args.workspace, args.storage)
     elif args.from_json:
         base = from_json_file(args.from_json)
     over_cfg: dict[str, Any] = {}
