@@ -1,0 +1,231 @@
+"""Pilot tests of the app's flows: typing a plan, switching screens, a sim sweep arriving,
+choosing a Pareto point, the deploy preview and its confirmation, quitting mid-sweep."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from textual.widgets import Input
+
+from core.spec.plan import demo_plan
+from tui.app import KneeApp, make_app
+from tui.demo import DEMO_STUDY, demo_sweep_plan, make_demo_study, settle
+from tui.messages import SweepUpdated
+from tui.screens.confirm import ConfirmDialog
+from tui.screens.deploy import DeployScreen
+from tui.screens.estimate import EstimateScreen
+from tui.screens.pareto import ParetoScreen
+from tui.screens.plan import PlanScreen
+from tui.screens.quit_dialog import QuitDialog
+from tui.screens.sweep import SweepScreen
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    # An unknown model id must fail fast from the cache, never wait on the network.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def demo_storage(tmp_path_factory):
+    storage = tmp_path_factory.mktemp("store") / "knee.db"
+    make_demo_study(storage)
+    return str(storage)
+
+
+async def wait_until(pilot, predicate, timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.05)
+
+
+async def set_field(pilot, field_id: str, text: str) -> None:
+    inp = pilot.app.screen.query_one(f"#{field_id}", Input)
+    inp.focus()
+    inp.value = text
+    await pilot.pause()
+
+
+def note(app: KneeApp, field_id: str) -> str:
+    return str(app.screen.query_one(f"#field-{field_id} .note").render())
+
+
+async def test_typing_a_plan_updates_the_app_plan_and_shows_errors_inline():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, PlanScreen)
+        await set_field(pilot, "constraints", "ttft<abc")
+        field = app.screen.query_one("#field-constraints")
+        assert field.has_class("-invalid")
+        assert "has no number after '<'" in note(app, "constraints")
+        assert app.plan.constraints == "e2e_latency:p99<60s"  # the last good plan stays
+
+        await set_field(pilot, "constraints", "ttft:p95<500ms;e2e_latency:p99<60s")
+        assert not field.has_class("-invalid")
+        assert app.plan.constraints == "ttft:p95<500ms;e2e_latency:p99<60s"
+
+        await set_field(pilot, "hardware", "8x H100")
+        assert app.plan.gpu == "H100-SXM" and app.plan.num_gpus == 8 and app.plan.instance is None
+        assert "8x H100-SXM" in note(app, "hardware")
+
+        await set_field(pilot, "hardware", "ml.nonexistent.2xlarge")
+        assert "unknown SageMaker instance type" in note(app, "hardware")
+        await set_field(pilot, "input_len", "lots")
+        assert "whole number" in note(app, "input_len")
+        assert app.plan.num_gpus == 8  # still the last valid plan
+
+
+async def test_unknown_model_is_reported_inline_without_blocking():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await set_field(pilot, "model", "no-such-org/no-such-model-xyz")
+        await settle(pilot)
+        assert app.screen.query_one("#field-model").has_class("-invalid")
+        assert app.plan.model == "Qwen/Qwen3-4B"
+        await set_field(pilot, "model", "Qwen/Qwen3-8B")
+        await settle(pilot)
+        assert app.plan.model == "Qwen/Qwen3-8B"
+        assert "8.2B params" in note(app, "model")
+
+
+async def test_plan_save_and_load_round_trip(tmp_path):
+    path = tmp_path / "p.toml"
+    app = make_app(plan_path=path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await set_field(pilot, "output_len", "256")
+        await pilot.press("ctrl+s")
+        assert path.exists() and "output_len = 256" in path.read_text()
+        await set_field(pilot, "plan-path", str(tmp_path / "missing.toml"))
+        await pilot.press("ctrl+o")
+        assert "does not exist" in str(app.screen.query_one("#file-note").render())
+    reopened = make_app(plan_path=path)
+    assert reopened.plan.output_len == 256
+
+
+async def test_switching_screens_with_keys_and_the_estimate_follows_the_plan():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("escape", "2")  # leave the field so the digit switches modes
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, EstimateScreen)
+        assert screen.memory_table.row_count == 3  # TP 1, 2, 4 on 4x L4
+        assert screen.prediction_table.row_count > 0
+        assert screen.view is not None and "ml.g6.12xlarge" in screen.view.title
+        for key, kind in (("f3", SweepScreen), ("f4", ParetoScreen), ("f5", DeployScreen), ("f1", PlanScreen)):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(app.screen, kind)
+        app.plan = demo_plan().model_copy(update={"model": "Qwen/Qwen3-8B"})
+        await pilot.press("f2")
+        await settle(pilot)
+        assert "Qwen/Qwen3-8B" in app.screen.view.title
+
+
+async def test_starting_a_sim_sweep_and_watching_rows_arrive(tmp_path):
+    updates: list[SweepUpdated] = []
+    app = make_app(demo_sweep_plan(), storage=str(tmp_path / "knee.db"))
+    async with app.run_test(size=(100, 30), message_hook=lambda m: updates.append(m) if isinstance(m, SweepUpdated) else None) as pilot:
+        await settle(pilot)
+        await pilot.press("f3", "n")
+        await wait_until(pilot, lambda: app.sweep is not None and app.sweep.status == "done")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, SweepScreen)
+        assert screen.table.row_count == 12  # 4 trials x 3 loads
+        assert app.sweep.done_points == 12 and app.sweep.simulated
+        assert updates, "the follower posted no updates"
+        # Rows arrived through the store, in order, and the cursor followed the newest.
+        assert screen.table.selected().trial_id == 3
+        await pilot.press("up")
+        assert screen.follow_newest is False
+
+
+async def test_choosing_a_pareto_point_sends_it_to_deploy(demo_storage):
+    app = make_app(demo_sweep_plan(), storage=demo_storage, study=DEMO_STUDY)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.view is not None)
+        await settle(pilot)
+        assert screen.view.knee is not None
+        assert screen.table.selected_key() == screen.view.knee.key  # the knee is preselected
+        await pilot.press("down")
+        chosen = screen.table.selected_key()
+        assert "trial" in str(screen.detail.render())
+        await pilot.press("v")  # another pair of axes keeps the selection
+        assert screen.table.selected_key() == chosen
+        await pilot.press("d")
+        await settle(pilot)
+        assert isinstance(app.screen, DeployScreen)
+        assert app.selection is not None and app.selection.point.point_id == chosen
+
+
+async def test_deploy_preview_and_cancelling_the_confirmation(demo_storage):
+    app = make_app(demo_sweep_plan(), storage=demo_storage, study=DEMO_STUDY)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("4")
+        await wait_until(pilot, lambda: app.screen.view is not None)
+        await pilot.press("d")
+        await wait_until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
+        await settle(pilot)
+        deploy = app.screen
+        text = str(deploy.plan_text.render())
+        for part in ("Container", "ml.g6.12xlarge", "Cost", "Environment", "Requests (boto3, JSON)", "create_endpoint"):
+            assert part in text
+        await pilot.press("a")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.click("#cancel")
+        await pilot.pause()
+        assert app.screen is deploy
+        assert not deploy.has_class("-progress")  # nothing was applied
+        assert not [w for w in app.workers if w.group == "deploy-apply"]
+
+        await set_field(pilot, "target_rps", "fast")
+        assert "positive number" in note(app, "target_rps")
+        await set_field(pilot, "target_rps", "")
+        await set_field(pilot, "role_arn", "not-an-arn")
+        await settle(pilot)
+        assert "malformed execution role ARN" in str(deploy.plan_text.render())
+
+
+@pytest.mark.slow
+async def test_quitting_during_a_sweep_asks_and_can_leave_it_running(tmp_path):
+    storage = str(tmp_path / "knee.db")
+    # Enough simulated work to still be running when the question is asked.
+    plan = demo_plan().model_copy(update={
+        "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
+        "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
+    })
+    app = make_app(plan, storage=storage)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f3", "n")
+        await wait_until(pilot, lambda: app.sweep is not None and app.sweep.running)
+        study = app.sweep.study
+        await pilot.press("q")
+        await pilot.pause()
+        assert isinstance(app.screen, QuitDialog)
+        await pilot.press("escape")  # stay
+        await pilot.pause()
+        assert not isinstance(app.screen, QuitDialog) and app.is_running
+        await pilot.press("q")
+        await pilot.pause()
+        await pilot.press("l")  # leave it running
+        await pilot.pause()
+    from core.results.store import StudyStore
+    from core.sweep import runner_alive
+
+    store = StudyStore(storage)
+    try:
+        assert runner_alive(store.study(study)), "leaving the app stopped the sweep"
+    finally:
+        app.sweep_control.stop(study)
+        store.close()
