@@ -256,8 +256,12 @@ class Predictor:
         max_model_len: int | None = None,
     ):
         self.arch, self.gpu, self.workload = arch, gpu, workload
-        self.kv_dtype, self.engine, self.engine_version = kv_dtype, engine, engine_version
+        self.engine, self.engine_version = engine, engine_version
         self.profile = engine_profile(engine, engine_version)
+        if kv_dtype in ("auto", None, "") and self.profile.get("fp8_kv_with_fp8_weights") and arch.quantization.method == "fp8":
+            # TensorRT-LLM's FP8 quantization stores the KV cache in FP8 too unless told not to.
+            kv_dtype = "fp8"
+        self.kv_dtype = kv_dtype or "auto"
         self.gpu_memory_utilization = gpu_memory_utilization
         self.input_len = _mean_len(workload.input)
         self.output_len = max(1.0, _mean_len(workload.output))
@@ -273,10 +277,11 @@ class Predictor:
         self._mems: dict[tuple, MemoryPlan] = {}
 
     # ---- building blocks -------------------------------------------------------------
-    def cost_model(self, tp: int) -> CostModel:
-        cm = self._cms.get(tp)
+    def cost_model(self, tp: int, kv_dtype: str | None = None) -> CostModel:
+        kv = kv_dtype or self.kv_dtype
+        cm = self._cms.get((tp, kv))
         if cm is None:
-            cm = self._cms[tp] = CostModel(self.arch, self.gpu, tp, self.kv_dtype, self.engine, self.engine_version)
+            cm = self._cms[(tp, kv)] = CostModel(self.arch, self.gpu, tp, kv, self.engine, self.engine_version)
         return cm
 
     def config(self, tp: int = 1, dp: int = 1, **knobs) -> ServerConfig:
@@ -307,16 +312,27 @@ class Predictor:
         key = (cfg.tp, budget, seqs, mml, cfg.gpu_memory_utilization, cfg.kv_cache_dtype)
         plan = self._mems.get(key)
         if plan is None:
-            plan = self._mems[key] = plan_memory(
-                self.arch,
-                self.gpu,
-                cfg.tp,
-                gpu_memory_utilization=cfg.gpu_memory_utilization,
-                max_model_len=mml,
-                max_num_batched_tokens=budget,
-                max_num_seqs=seqs,
-                kv_dtype=cfg.kv_cache_dtype,
-            )
+            def make(gmu: float) -> MemoryPlan:
+                return plan_memory(
+                    self.arch,
+                    self.gpu,
+                    cfg.tp,
+                    gpu_memory_utilization=gmu,
+                    max_model_len=mml,
+                    max_num_batched_tokens=budget,
+                    max_num_seqs=seqs,
+                    kv_dtype=cfg.kv_cache_dtype,
+                )
+
+            plan = make(cfg.gpu_memory_utilization)
+            frac = self.profile.get("kv_free_fraction")
+            if frac:
+                # TensorRT-LLM gives the KV cache a fraction of the memory left *after* the
+                # weights and activations (kv_cache_free_gpu_mem_fraction), not of the total.
+                used = plan.weight_bytes + plan.activation_bytes + plan.runtime_bytes
+                gmu = min(1.0, (used + frac * max(plan.visible_bytes - used, 0.0)) / plan.visible_bytes)
+                plan = make(gmu)
+            self._mems[key] = plan
         return plan
 
     def running_cap(self, cfg: ServerConfig) -> tuple[float, str]:
@@ -414,7 +430,7 @@ class Predictor:
         mem = self.memory(cfg)
         if not mem.fits:
             raise BadInput(f"TP{cfg.tp} does not fit: {mem.reason}")
-        cm = self.cost_model(cfg.tp)
+        cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype)
         budget, seqs, _ = self._knobs(cfg)
         cap, cap_reason = self.running_cap(cfg)
         dp = cfg.dp
@@ -592,7 +608,7 @@ class Predictor:
         n = num_prompts or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
         per_rep = n / cfg.dp
         run = min(per_rep, cap)
-        cm = self.cost_model(cfg.tp)
+        cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype)
         budget, seqs, _ = self._knobs(cfg)
         st = self._state(cm, run, budget)
         x = st.throughput
