@@ -197,6 +197,10 @@ class Runner:
             self.summary.trials_skipped = len(strategy.skipped)
             self.emit("study_done", **_summary_dict(self.summary))
             return self.summary
+        except BadInput:
+            # e.g. a port in use: nothing was measured for this trial; the study can resume.
+            self.store.set_study(self.study, status="interrupted", runner_pid=None)
+            raise
         except (_Interrupted, KeyboardInterrupt):
             self.cancel.set()
             self._stop_server()
@@ -259,11 +263,11 @@ class Runner:
         server: Server | None = None
         started = time.time()
         try:
-            self.store.update_trial(self.study, tid, status="running", started_at=started, reason=None)
-            gpus = self._gpus_for(trial)
-            log_path = self.log_dir / f"trial-{tid:03d}" / "server.log" if kind != "sim" else None
+            log_path = self.log_dir / f"trial-{tid:03d}" / "server.log" if kind not in ("sim", "external") else None
             if log_path is not None:
                 log_path.parent.mkdir(parents=True, exist_ok=True)
+            self.store.update_trial(self.study, tid, status="running", started_at=started, reason=None, log_path=str(log_path) if log_path else None)
+            gpus = self._gpus_for(trial)
             self.emit("trial_started", trial_id=tid, server_args=trial.server_args, engine=kind, log_path=str(log_path) if log_path else None, gpus=gpus)
             if kind == "sim":
                 if hasattr(self.measurer, "check"):

@@ -310,6 +310,10 @@ def run(args) -> int:
                     print(f"    {p.client_args}")
             print(f"{len(plans)} server launches, {sum(len(t.points) for t in plans)} load points ({spec.strategy}, engine {spec.engine.kind})")
         return 0
+    if spec.engine.port and spec.engine.kind not in ("sim", "external"):
+        from core.serve.process import check_port_free
+
+        check_port_free(spec.engine.host, spec.engine.port)  # before anything is stored
     if name is None:
         name = create_study(store, spec, args.study)
     if args.detach:

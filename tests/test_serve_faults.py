@@ -1,0 +1,217 @@
+"""Fault injection with real processes: a server that exits at start, one that runs out of
+memory, one that hangs, one killed mid-trial, one whose every request fails, a port in use,
+and SIGINT / SIGHUP / SIGKILL to the runner followed by --resume. Each fault must end as a
+stored failed trial (or point) with the right reason, the sweep must go on, and no process
+the sweep started may survive (checked by scanning /proc for the tag every server carries)."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core.results.store import StudyStore
+from core.serve import process as proc_mod
+from core.spec.study import EngineSpec
+from core.sweep import build_spec, create_study
+from core.sweep.runner import Runner
+from tui.cli import main as knee
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+CADENCE = ROOT / "tests" / "support" / "cadence_server.py"
+
+
+def tagged_pids(study: str) -> list[int]:
+    """Live processes carrying KNEE_SERVER_TAG=<study>/... (every server the sweep started)."""
+    out = []
+    needle = f"KNEE_SERVER_TAG={study}/".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+            state = (d / "stat").read_text().split(") ", 1)[1][0]
+        except OSError:
+            continue
+        if needle in env and state != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def wait_gone(study: str, timeout: float = 5.0) -> list[int]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        left = tagged_pids(study)
+        if not left:
+            return []
+        time.sleep(0.1)
+    return tagged_pids(study)
+
+
+@pytest.fixture
+def wrapper(tmp_path):
+    """The cadence server, accepting (and ignoring) --variant=N so each variant is a trial."""
+    w = tmp_path / "wrap.py"
+    w.write_text(
+        "import runpy, sys\n"
+        "sys.argv = ['cadence_server.py'] + [a for a in sys.argv[1:] if not a.startswith('--variant')]\n"
+        f"runpy.run_path({str(CADENCE)!r}, run_name='__main__')\n"
+    )
+    return w
+
+
+def custom_spec(cmd, server_args="variant=[1,2]", client_args="max_concurrency=[2];num_prompts=6;random_input_len=16;random_output_len=16", **eng):
+    engine = EngineSpec(kind="custom", command=cmd, **{"start_timeout_s": 20, "stop_timeout_s": 5, **eng})
+    return build_spec("cadence", engine=engine, framework=None, server_args=server_args, client_args=client_args)
+
+
+def run(tmp_path, spec, name, on_event=None):
+    store = StudyStore(tmp_path / "knee.db")
+    create_study(store, spec, name)
+    events = []
+
+    def cb(k, d):
+        events.append((time.monotonic(), k, d))
+        if on_event:
+            on_event(k, d)
+
+    summary = Runner(store, name, on_event=cb, workspace=tmp_path).run()
+    return store, summary, events
+
+
+def test_exit_at_start_is_reported_within_a_second_with_the_log(tmp_path):
+    cmd = f"{PY} -c \"import sys; print('fatal: model weights not found', flush=True); sys.exit(3)\""
+    store, s, events = run(tmp_path, custom_spec(cmd), "exit")
+    trials = store.trials("exit")
+    assert [t.status for t in trials] == ["failed", "failed"]  # the sweep went on to trial 2
+    assert all(t.reason.startswith("crashed_at_start:") and "code 3" in t.reason and "fatal: model weights not found" in t.reason for t in trials)
+    started = {d["trial_id"]: t for t, k, d in events if k == "trial_started"}
+    failed = {d["trial_id"]: t for t, k, d in events if k == "trial_failed"}
+    assert all(failed[i] - started[i] < 1.5 for i in failed)
+    assert all(p.status == "failed" and p.reason.startswith("crashed_at_start") for p in store.points("exit"))
+    assert "fatal: model weights not found" in Path(trials[0].log_path).read_text()
+    assert not proc_mod._LIVE and wait_gone("exit") == []
+
+
+def test_out_of_memory_is_classified(tmp_path):
+    cmd = f"{PY} -c \"import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', flush=True); sys.exit(1)\""
+    store, s, _ = run(tmp_path, custom_spec(cmd, server_args="variant=[1]"), "oom")
+    assert store.trials("oom")[0].reason.startswith("oom:")
+
+
+def test_hang_times_out_and_the_whole_group_is_killed(tmp_path):
+    # The "server" starts a child (as vLLM starts its engine core) and never becomes ready.
+    cmd = f"{PY} -c \"import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)\""
+    store, s, _ = run(tmp_path, custom_spec(cmd, server_args="variant=[1]", start_timeout_s=1.5), "hang")
+    t = store.trials("hang")[0]
+    assert t.status == "failed" and t.reason.startswith("start_timeout:") and "not ready after 1.5 s" in t.reason
+    assert wait_gone("hang") == []
+
+
+def test_server_killed_mid_trial(tmp_path, wrapper):
+    cmd = f"{PY} {wrapper} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01"
+    killed = {}
+
+    def on_event(k, d):
+        if k == "server_ready" and d["trial_id"] == 0:
+            killed["pid"] = d["pid"]
+        if k == "progress" and d.get("phase") == "run" and d.get("trial_id") == 0 and "done" not in killed:
+            killed["done"] = True
+            os.kill(killed["pid"], signal.SIGKILL)
+
+    spec = custom_spec(cmd, client_args="max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48")
+    store, s, events = run(tmp_path, spec, "kill", on_event)
+    trials = store.trials("kill")
+    assert trials[0].status == "failed" and trials[0].reason.startswith("crashed:") and "code -9" in trials[0].reason
+    pts0 = [p for p in store.points("kill") if p.trial_id == 0]
+    assert len(pts0) == 2 and all(p.status == "failed" and p.reason.startswith("crashed") for p in pts0)
+    pts1 = [p for p in store.points("kill") if p.trial_id == 1]
+    assert trials[1].status == "ok" and len(pts1) == 2 and all(p.status == "ok" for p in pts1)
+    assert s.launches == 2 and wait_gone("kill") == []
+
+
+def test_every_request_failing_is_too_many_errors(tmp_path, wrapper):
+    cmd = f"{PY} {wrapper} --port {{port}} --model {{model}} --fail-every 1"
+    store, s, _ = run(tmp_path, custom_spec(cmd, server_args="variant=[1]"), "errs")
+    p = store.points("errs")[0]
+    assert p.status == "failed" and p.reason.startswith("too_many_errors: 6 of 6 requests failed") and "500" in p.reason
+    assert store.trials("errs")[0].status == "failed" and wait_gone("errs") == []
+
+
+def test_port_in_use_is_bad_input_and_stores_nothing(tmp_path, wrapper, capsys):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        rc = knee(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", f"{PY} {wrapper} --port {{port}}", "--port", str(port), "--workspace", str(tmp_path)])
+    assert rc == 2 and f"port {port}" in capsys.readouterr().err
+    assert StudyStore(tmp_path / "knee.db").studies() == []
+
+
+def _start_cli_sweep(tmp_path, wrapper, study):
+    argv = [
+        str(ROOT / ".venv" / "bin" / "knee") if (ROOT / ".venv" / "bin" / "knee").exists() else "knee", "sweep", "-q", "--model", "cadence", "--engine", "custom",
+        "--server-cmd", f"{PY} {wrapper} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01",
+        "--server-args", "variant=[1,2]",
+        "--client-args", "max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48",
+        "--workspace", str(tmp_path), "--study", study,
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_points(store_path, study, n, proc, timeout=60):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if store_path.exists():
+            try:
+                if len(StudyStore(store_path).points(study)) >= n:
+                    return
+            except Exception:
+                pass
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError("no point stored in time")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_signal_to_the_runner_tears_down_and_resume_runs_only_missing_points(tmp_path, wrapper, sig):
+    study = f"sig{int(sig)}"
+    proc = _start_cli_sweep(tmp_path, wrapper, study)
+    db = tmp_path / "knee.db"
+    _wait_points(db, study, 1, proc)
+    assert tagged_pids(study), "a server should be running mid-sweep"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert wait_gone(study) == []
+    store = StudyStore(db)
+    assert store.study(study)["status"] == "interrupted"
+    before = {p.point_id: p.ended_at for p in store.points(study)}
+    assert 1 <= len(before) < 4
+    assert knee(["sweep", "-q", "--resume", "--study", study, "--workspace", str(tmp_path)]) == 0
+    after = {p.point_id: p.ended_at for p in store.points(study)}
+    assert len(after) == 4 and all(after[k] == v for k, v in before.items())
+    starts = [e for e in store.events(study) if e.kind == "study_started"]
+    assert starts[-1].data["resumed_points"] == len(before)
+    assert wait_gone(study) == []
+
+
+def test_sigkill_of_the_runner_leaves_no_server_and_resume_recovers(tmp_path, wrapper):
+    study = "sigkill"
+    proc = _start_cli_sweep(tmp_path, wrapper, study)
+    db = tmp_path / "knee.db"
+    _wait_points(db, study, 1, proc)
+    proc.kill()  # no handler runs: the server gets SIGTERM from the kernel (PR_SET_PDEATHSIG)
+    proc.communicate(timeout=10)
+    assert wait_gone(study) == []
+    store = StudyStore(db)
+    assert store.study(study)["status"] == "running"  # what a killed runner leaves behind
+    assert knee(["sweep", "-q", "--resume", "--study", study, "--workspace", str(tmp_path)]) == 0
+    assert len([p for p in store.points(study) if p.status == "ok"]) == 4
+    assert wait_gone(study) == []
