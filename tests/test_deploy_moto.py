@@ -388,6 +388,26 @@ def test_rollback_after_a_failed_create_call(aws):
     assert _leftovers(aws) == NOTHING
 
 
+def test_cancel_from_the_ui_rolls_back(aws):
+    """A UI stops an apply by setting ``ApplyOptions.cancel``; the wait loop notices within a
+    poll and the run rolls back like any failure."""
+    import threading
+
+    from core.deploy import ApplyOptions, apply_plan
+    from core.errors import RunFailed
+
+    cancel = threading.Event()
+
+    def on_event(ev):
+        if ev.step == "create_inference_component" and ev.status == "done":
+            cancel.set()
+
+    with pytest.raises(RunFailed, match="cancelled"):
+        apply_plan(_plan(tp=1), confirmed=True, clients=aws, progress=on_event,
+                   options=ApplyOptions(poll_interval_s=0.01, timeout_s=10, cancel=cancel))
+    assert _leftovers(aws) == NOTHING
+
+
 def test_apply_is_idempotent_and_never_removes_what_it_reused(aws):
     from core.deploy import apply_plan
 
