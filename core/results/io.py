@@ -363,7 +363,9 @@ def parse_import(path: str | Path, study: str) -> tuple[str, str | None, list[Po
         for rec in data:
             p, m = _llmo_point(rec, study, "llm-optimizer")
             points.append(p)
-            meta = meta or m
+            if not meta:
+                meta = dict(m)
+                meta["constraints"] = rec.get("constraints") or []  # per record in the JSONL form
         model = meta.get("model_tag")
     elif fmt == "llm-optimizer-json":
         meta = data.get("metadata") or {}

@@ -122,7 +122,9 @@ class ServerProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab", buffering=0)
-        env = dict(os.environ)
+        # The server gets a clean Python environment, not knee's: vLLM usually runs from
+        # another interpreter (its own venv or a container) that knee's PYTHONPATH would break.
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
         env.update(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         try:
