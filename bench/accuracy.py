@@ -29,6 +29,8 @@ How a row becomes a prediction (the same for every row; nothing is fitted per ro
   at once (``batch_size`` prompts if given, else the prompt count in the notes, else 1000);
   ``single-request`` → one request (or the static batch given).
 - statistic: ``median``/``p50`` rows are compared with knee's p50, the rest with its mean.
+  ITL is TPOT (the schema's definition) unless the row's notes define its figure as the
+  pooled inter-chunk gap, which is compared with knee's gap distribution.
 """
 
 from __future__ import annotations
@@ -138,9 +140,12 @@ def predict_knee(row: dict, arch, cfg_dict: dict) -> dict:
     else:
         raise ValueError(f"unknown mode {mode!r}")
     stat = "p50" if row.get("stat") in ("median", "p50") else "mean"
+    # The schema's itl_ms is TPOT; a row whose notes define its figure as the pooled
+    # inter-chunk gap (benchmark_serving's ITL) is compared with knee's gap statistic.
+    gap = re.search(r"itl_ms = [^;]*inter-chunk gap", row.get("notes", "")) is not None
     return {
         "ttft_ms": pred.ttft_ms.get(stat),
-        "itl_ms": pred.itl_ms.get(stat),
+        "itl_ms": (pred.itl_ms if gap else pred.tpot_ms).get(stat),
         "e2e_s": pred.e2e_s.get(stat),
         "req_per_s": pred.req_per_s,
         "output_tok_per_s": pred.output_tok_per_s,

@@ -151,14 +151,19 @@ class CostModel:
         speed = prof["speed"]
 
         precision = arch.quantization.compute_precision
+        weight_only = arch.quantization.method not in ("bf16", "fp16", "fp32") and precision == "bf16"
         if precision in ("fp8",) and "fp8" not in gpu.tflops:
             precision = "bf16"  # Ampere runs FP8 checkpoints weight-only (Marlin)
+            weight_only = True
         peak = gpu.peak_flops(precision)
+        # Weight-only kernels (Marlin, AWQ, GPTQ) dequantize inside the GEMM main loop: they
+        # win at small batches (fewer bytes) but run well below 16-bit cuBLAS once compute-bound.
+        mfu_scale = eff.get("weight_only_mfu_scale", 0.6) if weight_only else 1.0
         peak16 = gpu.peak_flops("bf16")
         bw = gpu.bandwidth_gbps * 1e9
 
         # Per-GPU rates (seconds per FLOP / per byte), with efficiencies and engine speed.
-        self._s_per_flop = 1.0 / (peak * eff["mfu"] * speed)
+        self._s_per_flop = 1.0 / (peak * eff["mfu"] * mfu_scale * speed)
         self._s_per_attn_flop = 1.0 / (peak16 * eff["mfu_attn"] * speed)
         self._s_per_weight_byte = 1.0 / (bw * eff["bw_weights"] * speed)
         self._s_per_kv_byte = 1.0 / (bw * eff["bw_kv"] * speed)
@@ -195,7 +200,10 @@ class CostModel:
             self._comm_per_token = 0.0
             self._comm_fixed = 0.0
 
-        self._fixed = (prof["step_us"] + prof["layer_us"] * layers + prof["moe_layer_us"] * arch.num_moe_layers) * 1e-6
+        # Engines that drive TP workers from one process pay a per-worker cost every step
+        # (broadcasting the scheduled batch: vLLM < 0.6 with Ray or multiprocessing workers).
+        workers = prof.get("tp_worker_us", 0.0) * (tp - 1)
+        self._fixed = (prof["step_us"] + prof["layer_us"] * layers + prof["moe_layer_us"] * arch.num_moe_layers + workers) * 1e-6
         self._per_seq = prof["seq_us"] * 1e-6
         self.request_overhead_s = prof["request_ms"] * 1e-3
         self.output_token_overhead_s = prof["output_token_us"] * 1e-6

@@ -15,7 +15,8 @@ Public API (UI-free; the TUI, ``knee estimate`` and the sweep's adaptive strateg
         .max_throughput(cfg) -> Prediction                 # everything submitted at once
         .config(tp, dp=1, **knobs) -> ServerConfig          # engine defaults filled in
 
-    Prediction: ttft_ms / itl_ms (= TPOT) / e2e_s as Stats(mean, p50, p90, p95, p99),
+    Prediction: ttft_ms / tpot_ms (per request) / itl_ms (pooled inter-token gaps; same
+        mean as TPOT, different percentiles) / e2e_s as Stats(mean, p50, p90, p95, p99),
         req_per_s, output_tok_per_s, running, queued, limited_by, saturated,
         prefill_bottleneck, decode_bottleneck, .metrics() (vllm bench serve keys), .as_dict()
 
@@ -109,8 +110,9 @@ class Prediction:
     concurrency: float | None  # closed loop (whole deployment)
     request_rate: float | None  # open loop (req/s, whole deployment)
     ttft_ms: Stats
-    itl_ms: Stats  # decode time per output token after the first (TPOT)
+    itl_ms: Stats  # inter-token gaps, pooled over tokens (vllm bench serve's ITL)
     e2e_s: Stats
+    tpot_ms: Stats  # per request: (E2E − TTFT) / (O − 1); same mean as itl_ms
     req_per_s: float
     output_tok_per_s: float
     input_tok_per_s: float
@@ -131,7 +133,7 @@ class Prediction:
             "output_throughput": self.output_tok_per_s,
             "total_token_throughput": self.output_tok_per_s + self.input_tok_per_s,
         }
-        for name, st, scale in (("ttft", self.ttft_ms, 1.0), ("tpot", self.itl_ms, 1.0), ("itl", self.itl_ms, 1.0), ("e2el", self.e2e_s, 1000.0)):
+        for name, st, scale in (("ttft", self.ttft_ms, 1.0), ("tpot", self.tpot_ms, 1.0), ("itl", self.itl_ms, 1.0), ("e2el", self.e2e_s, 1000.0)):
             out[f"mean_{name}_ms"] = st.mean * scale
             out[f"median_{name}_ms"] = st.p50 * scale
             for q in ("p50", "p90", "p95", "p99"):
@@ -142,8 +144,10 @@ class Prediction:
         """``metric`` in knee's canonical names (ttft, itl, tpot, e2el in ms; throughputs)."""
         if metric == "ttft":
             return self.ttft_ms.get(stat)
-        if metric in ("itl", "tpot"):
+        if metric == "itl":
             return self.itl_ms.get(stat)
+        if metric == "tpot":
+            return self.tpot_ms.get(stat)
         if metric == "e2el":
             return self.e2e_s.get(stat) * 1000.0
         return self.metrics()[metric]
@@ -158,6 +162,7 @@ class Prediction:
             "request_rate": self.request_rate,
             "ttft_ms": self.ttft_ms.as_dict(),
             "itl_ms": self.itl_ms.as_dict(),
+            "tpot_ms": self.tpot_ms.as_dict(),
             "e2e_s": self.e2e_s.as_dict(),
             "req_per_s": _round(self.req_per_s, 4),
             "output_tok_per_s": _round(self.output_tok_per_s, 4),
@@ -504,23 +509,24 @@ class Predictor:
         others = st.n - 1 if wait_kind == "fixed" else st.n
         busy = min(1.0, max(others, 0.0))
         ttft_mean = ovh + wait + st.align(others) + st.prefill
-        tpot_mean = st.tpot + cm.output_token_overhead_s
+        tok = cm.output_token_overhead_s
+        # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
+        # (or, without chunked prefill, gaps that span a whole prefill step); for a burst,
+        # also the thinning batch of the drain.
+        dist = gaps if gaps else self._steady_gaps(st, 1.0)
+        total = sum(w for _, w in dist) or 1.0
+        gap_mean = sum(t * w for t, w in dist) / total + tok
+        ordered = sorted(dist)
         gap_q: dict[str, float] = {}
-        if gaps:
-            # A burst: the token-weighted distribution of decode step times over the run
-            # (large batches first, the thinning drain at the end).
-            total = sum(w for _, w in gaps)
-            tpot_mean = sum(t * w for t, w in gaps) / total + cm.output_token_overhead_s
-            ordered = sorted(gaps)
-            for name, q in QUANTILES.items():
-                acc = 0.0
-                for t, w in ordered:
-                    acc += w
-                    if acc >= q * total:
-                        gap_q[name] = t + cm.output_token_overhead_s
-                        break
-                else:
-                    gap_q[name] = ordered[-1][0] + cm.output_token_overhead_s
+        for name, q in QUANTILES.items():
+            acc, val = 0.0, ordered[-1][0] if ordered else 0.0
+            for t, w in ordered:
+                acc += w
+                if acc >= q * total - 1e-12:
+                    val = t
+                    break
+            gap_q[name] = val + tok
+        tpot_mean = gap_mean if gaps else st.tpot + tok
         e2e_mean = ttft_mean + dec * tpot_mean
 
         # Percentiles (approximate; see the module docstring).
@@ -530,7 +536,7 @@ class Predictor:
         if wait_kind == "exponential" and wait > 0:
             rho = min(st.n / max(self.running_cap(cfg)[0], 1e-9), 0.999)
             p_wait = min(1.0, rho ** (math.sqrt(2 * (self.running_cap(cfg)[0] + 1)) - 1))
-        ttft_q, itl_q, e2e_q = {}, {}, {}
+        ttft_q, tpot_q, e2e_q = {}, {}, {}
         for name, q in QUANTILES.items():
             if wait_kind == "exponential":
                 w = (wait / p_wait) * math.log(p_wait / (1 - q)) if p_wait > 0 and q > 1 - p_wait else 0.0
@@ -542,21 +548,21 @@ class Predictor:
             pf = st.prefill * (_quantile_len(self.workload.input, q) / I) * (1 + share * k_coll / max(st.k, 1))
             t = ovh + w + q * st.mean_step * busy + pf
             ttft_q[name] = t
-            if dec > 0:
-                # Mixed steps among a request's decode steps: binomial(O−1, frac_mixed).
+            if gaps:
+                tp = gap_q[name]  # a burst: requests decode at whatever batch they met
+            elif dec > 0:
+                # Mixed steps among one request's decode steps: binomial(O−1, frac_mixed).
                 f = st.frac_mixed
                 f_q = min(1.0, max(0.0, f + _Z[q] * math.sqrt(max(f * (1 - f), 0.0) / dec)))
-                itl = st.tpot + (f_q - f) * dec_gap(st, chunked, dec)
-                itl = max(itl, 0.0) + cm.output_token_overhead_s
+                tp = max(st.tpot + (f_q - f) * dec_gap(st, chunked, dec), 0.0) + tok
             else:
-                itl = 0.0
-            if gap_q:
-                itl = gap_q[name]
-            itl_q[name] = itl
-            devs = (t - ttft_mean, dec * (itl - tpot_mean), (_quantile_len(self.workload.output, q) - O) * tpot_mean)
+                tp = 0.0
+            tpot_q[name] = tp
+            devs = (t - ttft_mean, dec * (tp - tpot_mean), (_quantile_len(self.workload.output, q) - O) * tpot_mean)
             mag = math.sqrt(sum(d * d for d in devs))
             e2e_q[name] = max(e2e_mean + math.copysign(mag, sum(devs)), t)
-        for d in (ttft_q, itl_q, e2e_q):  # keep p50 <= p90 <= p95 <= p99
+        itl_q = gap_q
+        for d in (ttft_q, tpot_q, itl_q, e2e_q):  # keep p50 <= p90 <= p95 <= p99
             prev = -math.inf
             for name in QUANTILES:
                 d[name] = prev = max(d[name], prev)
@@ -580,7 +586,8 @@ class Predictor:
             concurrency=concurrency,
             request_rate=request_rate,
             ttft_ms=Stats(ttft_mean * 1e3, *(ttft_q[k] * 1e3 for k in QUANTILES)),
-            itl_ms=Stats(tpot_mean * 1e3, *(itl_q[k] * 1e3 for k in QUANTILES)),
+            itl_ms=Stats(gap_mean * 1e3, *(itl_q[k] * 1e3 for k in QUANTILES)),
+            tpot_ms=Stats(tpot_mean * 1e3, *(tpot_q[k] * 1e3 for k in QUANTILES)),
             e2e_s=Stats(e2e_mean, *(e2e_q[k] for k in QUANTILES)),
             req_per_s=x * dp,
             output_tok_per_s=x * dp * O,
@@ -619,6 +626,20 @@ class Predictor:
         wait = max(0.0, per_rep - run) / 2.0 / x
         return self._finish(cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, gaps)
 
+    def _steady_gaps(self, st: _State, weight: float) -> list[tuple[float, float]]:
+        """Inter-token gaps of the steady state, as (seconds, share of tokens)."""
+        dec = self.output_len - 1.0
+        if dec <= 0:
+            return [(0.0, weight)]
+        if self.profile.get("chunked_prefill", 1):
+            f = 1.0 if st.n_mixed >= st.steps else min(1.0, max(st.frac_mixed, 0.0))
+            return [(st.t_pure, weight * (1 - f)), (st.t_mixed, weight * f)]
+        stalls = max(st.n_mixed - st.k, 0.0) / dec  # prefill steps per decode gap
+        s = min(1.0, stalls)
+        if s <= 0:
+            return [(st.t_pure, weight)]
+        return [(st.t_pure, weight * (1 - s)), (st.t_pure + st.t_mixed * stalls / s, weight * s)]
+
     def _burst(self, cm: CostModel, st: _State, n: float, run: float, budget: int) -> tuple[float, list[tuple[float, float]]]:
         """Request rate of a finite burst whose output lengths vary: the queue drains at the
         capped steady state, then the last ``run`` requests finish one by one and the batch
@@ -632,7 +653,7 @@ class Predictor:
         total = queued / st.throughput if queued else 0.0
         gaps: list[tuple[float, float]] = []  # (decode step seconds, tokens produced at it)
         if queued:
-            gaps.append((st.tpot, queued * max(self.output_len - 1, 0.0)))
+            gaps.extend(self._steady_gaps(st, queued * max(self.output_len - 1, 0.0)))
         else:
             # One wave: every prompt prefills first (budget-sized steps), then decodes.
             tokens = run * I
