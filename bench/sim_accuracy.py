@@ -19,8 +19,11 @@ How a row becomes a simulation (the same for every row; nothing is fitted per ro
   ``replicas``; server knobs the row's notes state (``max_num_batched_tokens``,
   ``max_num_seqs``, ``max_model_len``, ``gpu_memory_utilization``) are applied; a
   "round robin" balancer in the notes selects the round-robin router.
-- lengths: the row's means, fixed; ShareGPT rows with none use the ShareGPT means with a
-  Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run).
+- lengths: the row's means; ShareGPT rows with none use the ShareGPT means with a
+  Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the
+  source's client documents them (:func:`lengths`), the shared system prompt of
+  inference-perf's shared_prefix workloads (:func:`shared_prefix`) and its client timeout
+  (:func:`client_timeout`).
 - load: ``online-concurrency`` -> closed loop at ``concurrency`` (a request rate stated too
   caps nothing: it is the burst that fills the concurrency); ``online-rate`` -> open loop at
   ``request_rate``, constant arrivals where the notes say so, else Poisson. The number of
@@ -106,6 +109,16 @@ def lengths(row: dict, mean: float, which: str):
     return LengthDist.of(int(round(mean)))
 
 
+def shared_prefix(row: dict) -> int:
+    """inference-perf's shared_prefix workloads (the infsim rows): every prompt starts with
+    one of a few system prompts, 150 tokens for "roleplay" and 100 for the others, as the
+    runs' profile.yaml in inference-sim/training states; vLLM's prefix cache serves it."""
+    src = row.get("source") or ""
+    if "inference-perf" not in (row.get("notes") or ""):
+        return 0
+    return 150 if "roleplay" in src else 100
+
+
 def client_timeout(row: dict) -> float | None:
     """inference-perf rows: 300 s, the client timeout their figures imply (successes /
     req_per_s = 1500 s = the 1200 s stage plus 300 s for the last requests); the other
@@ -132,10 +145,18 @@ def simulate_row(row: dict):
     tp = int(row.get("tp") or 1)
     dp = int(row.get("replicas") or max(1, int(row.get("num_gpus") or 1) // tp))
     hw = Hardware(gpu=get_gpu(row["gpu"]), num_gpus=max(int(row.get("num_gpus") or 1), tp * dp))
-    config = ServerConfig(model=ref, tp=tp, dp=dp, kv_cache_dtype=row.get("kv_dtype") or "auto", **knobs(notes))
+    extra = {}
+    m = re.search(r"--num-scheduler-steps[= ](\d+)", notes)
+    if m:
+        extra["num_scheduler_steps"] = int(m.group(1))
+    config = ServerConfig(
+        model=ref, tp=tp, dp=dp, kv_cache_dtype=row.get("kv_dtype") or "auto", extra_args=extra, **knobs(notes)
+    )
     isl = float(w.get("input_len") or SHAREGPT_IN)
     osl = float(w.get("output_len") or SHAREGPT_OUT)
-    workload = Workload(input=lengths(row, isl, "input"), output=lengths(row, osl, "output"))
+    workload = Workload(
+        input=lengths(row, isl, "input"), output=lengths(row, osl, "output"), shared_prefix_len=shared_prefix(row)
+    )
     n = prompt_count(notes)
     if w["mode"] == "online-concurrency":
         c = int(w["concurrency"])

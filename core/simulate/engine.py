@@ -1,7 +1,8 @@
-"""A discrete-event simulation of vLLM's V1 scheduler in virtual time.
+"""A discrete-event simulation of vLLM's scheduler in virtual time.
 
 One :class:`Replica` is one engine (``tp`` GPUs). Every step it does what vLLM V1's
-scheduler does (``vllm/v1/core/sched/scheduler.py``), in this order:
+scheduler does (``vllm/v1/core/sched/scheduler.py``; the default since vLLM 0.8), in this
+order:
 
 1. **Decodes first.** Every running sequence that has finished its prompt generates one
    token. Each needs a KV slot; a sequence whose KV length is a multiple of 16 needs a new
@@ -18,14 +19,25 @@ scheduler does (``vllm/v1/core/sched/scheduler.py``), in this order:
    statistics of the batch; the clock advances; every decode and every prefill that just
    completed its prompt emits one token at the end of the step.
 
+**The V0 scheduler** (vLLM before 0.8, chunked prefill off; ``v0=True``) differs in the
+ways that matter for latency: it is *prefill-first* (whenever waiting prompts fit, a step
+prefills them whole, and the running decodes wait that step), admits a prompt only when
+the blocks for all of it fit above a 1% watermark, and with multi-step scheduling
+(``--num-scheduler-steps k``, vLLM 0.6) runs k decode steps per scheduling decision, so a
+new request waits for the group to end. Under KV pressure this is why old vLLM kept TTFT
+low and let decode throughput collapse (arrivals are prefilled, then running requests are
+preempted), where V1 keeps the running batch and makes arrivals wait.
+
 **Why it is fast.** Nothing loops over the running batch per step. Decoding sequences are
 kept as aggregates: their count, Σ KV length (grows by the count each step), and a
-16-slot histogram of "block phase" (a sequence that joined decoding at step s0 with KV
-length k0 needs a new block at step s exactly when (s − s0 + k0) % 16 == 0, so the blocks
-needed this step are ``phase[s % 16]``). When a sequence will finish is known when it
-starts decoding, so finishes come off a heap keyed by step. Token times are never copied
-per token: a request's stream is a run of consecutive steps, stored as (first step,
-count) and sliced from the replica's array of step end times at the end.
+16-slot histogram of "block phase" (a sequence that joined decoding at decode step s0
+with KV length k0 needs a new block at decode step s exactly when (s − s0 + k0) % 16 == 0,
+so the blocks needed this step are ``phase[s % 16]``). Decode steps have their own
+counter (a V0 prefill-only step does not advance it). When a sequence will finish is known
+when it starts decoding, so finishes come off a heap keyed by decode step. Token times are
+never copied per token: a request's stream is the time of the token its prefill produced
+plus a run of consecutive decode steps, stored as (time, first decode step, count) and
+sliced from the replica's array of decode-step end times at the end.
 
 Only prefills (a handful per step) and the rare preemption are handled one request at a
 time.
@@ -51,7 +63,7 @@ class Requests:
 
     __slots__ = (
         "P", "O", "gen", "kv", "s0", "state", "shared", "admit", "prefix",
-        "segs", "end", "error", "replica",
+        "segs", "end", "error", "replica", "tfirst",
     )
 
     def __init__(self, prompt_lens, output_lens, prefix_lens):
@@ -65,7 +77,10 @@ class Requests:
         self.state = [PENDING] * n
         self.shared = [0] * n  # blocks this request shares with the prefix cache (never freed by it)
         self.admit = [0] * n  # admission sequence number (preemption picks the latest)
-        self.segs: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # (first step, tokens) runs
+        # Streamed runs: (time of the token that completed a prefill, first decode step,
+        # decode tokens); a request preempted and recomputed has several.
+        self.segs: list[list[tuple[float, int, int]]] = [[] for _ in range(n)]
+        self.tfirst = [0.0] * n  # when the current run's prefill completed
         self.end = [0.0] * n  # engine time of the last token
         self.error: list[str | None] = [None] * n
         self.replica = [-1] * n
@@ -84,6 +99,8 @@ class Replica:
         max_num_batched_tokens: int,
         prefix_caching: bool,
         on_finish,
+        v0: bool = False,
+        scheduler_steps: int = 1,
     ):
         self.index = index
         self.reqs = reqs
@@ -96,17 +113,22 @@ class Replica:
         self.prefix_cached = False  # the shared prefix's blocks are in this replica's cache
         self.pinned = 0  # blocks the cached prefix holds for good
         self.on_finish = on_finish  # callback(rid, engine_time) when a request completes
+        self.v0 = v0
+        self.watermark = int(0.01 * total_blocks) if v0 else 0  # V0 keeps 1% of blocks free for decodes
+        self.scheduler_steps = max(1, int(scheduler_steps))
+        self.group_left = 0  # decode steps left in the current multi-step group
 
         self.t = 0.0  # engine clock: when the next step may start
-        self.step = 0
-        self.step_ends: list[float] = []
+        self.step = 0  # steps run
+        self.dstep = 0  # decode steps run (the index of the next one)
+        self.dends: list[float] = []  # end time of each decode step
         self.waiting: deque[int] = deque()
         self.prefilling: list[int] = []
         self.n_dec = 0
-        self.kv_sum = 0  # Σ KV tokens over decoders before the current step
+        self.kv_sum = 0  # Σ KV tokens over decoders before the next decode step
         self.phase = [0] * BLOCK
-        self.finish_heap: list[tuple[int, int, int]] = []  # (last step, admit seq, rid)
-        self.victims: list[tuple[int, int]] = []  # (-admit seq, rid): preemption order
+        self.finish_heap: list[tuple[int, int, int]] = []  # (last decode step, admit seq, rid)
+        self.victims: list[tuple[int, int, int]] = []  # (-priority, admit seq, rid): preemption order
         self._admit_seq = 0
 
         # Statistics.
@@ -136,66 +158,120 @@ class Replica:
         self.reqs.replica[rid] = self.index
         self.waiting.append(rid)
 
-    # ---- preemption (rare: O(log n) plus the victim's own bookkeeping) ----
-    def _preempt(self, decode_allocated: bool) -> int:
-        """Preempt the most recently admitted running request; return its id (-1 if none).
-
+    # ---- leaving the running set (preemption, abort): O(log n) plus the request itself ----
+    def _release(self, rid: int, decode_allocated: bool) -> None:
+        """Take a running request out of the batch and give back its KV blocks.
         ``decode_allocated``: this step's decode blocks were already taken from the pool,
-        so a decoding victim also gives back the block it got for this step.
-        """
+        so a decoding request also gives back the block it got for this step."""
         R = self.reqs
-        state, admit = R.state, R.admit
-        victims = self.victims
-        while victims:
-            neg, rid = heapq.heappop(victims)
-            st = state[rid]
-            if (st == PREFILL or st == DECODE) and admit[rid] == -neg:
-                break
-        else:
-            return -1
-        s = self.step
-        if st == DECODE:
+        if R.state[rid] == DECODE:
             kv0, s0 = R.kv[rid], R.s0[rid]
-            kv = kv0 + (s - s0)  # KV tokens before this step
+            ds = self.dstep
+            kv = kv0 + (ds - s0)  # KV tokens before the next decode step
             self.n_dec -= 1
             self.kv_sum -= kv
             ph = (s0 - kv0) % BLOCK
             self.phase[ph] -= 1
             blocks = -(-kv // BLOCK)
-            if decode_allocated and ph == s % BLOCK:
+            if decode_allocated and ph == ds % BLOCK:
                 blocks += 1
-            done = s - s0  # tokens decoded since it started
-            # Its stream ran from the step that completed its prefill (s0 − 1).
-            R.segs[rid].append((s0 - 1, done + 1))
+            done = ds - s0  # tokens decoded since it started
+            R.segs[rid].append((R.tfirst[rid], s0, done))
             R.gen[rid] += done
-        else:
-            kv = R.kv[rid]
-            blocks = -(-kv // BLOCK)
+        else:  # PREFILL
+            blocks = -(-R.kv[rid] // BLOCK)
             self.prefilling.remove(rid)
         self.free += blocks - R.shared[rid]
         R.shared[rid] = 0
         R.kv[rid] = 0
-        R.admit[rid] = -1  # invalidates its finish-heap entry
+        R.admit[rid] = -1  # invalidates its finish-heap and victim entries
+
+    def _preempt(self, decode_allocated: bool) -> int:
+        """Preempt the most recently admitted running request (recompute later); return its
+        id, or -1 if nothing runs."""
+        R = self.reqs
+        state, admit = R.state, R.admit
+        victims = self.victims
+        while victims:
+            _, a, rid = heapq.heappop(victims)
+            st = state[rid]
+            if (st == PREFILL or st == DECODE) and admit[rid] == a:
+                break
+        else:
+            return -1
+        self._release(rid, decode_allocated)
         state[rid] = WAITING
         self.waiting.appendleft(rid)
         self.preemptions += 1
         return rid
 
+    def abort(self, rid: int, t: float, reason: str) -> None:
+        """The client gave up on ``rid`` (a timeout): vLLM aborts it between steps and frees
+        its KV blocks; whatever it computed is wasted."""
+        R = self.reqs
+        st = R.state[rid]
+        if st == WAITING:
+            self.waiting.remove(rid)
+        elif st == PREFILL or st == DECODE:
+            self._release(rid, False)
+        else:
+            return
+        R.state[rid] = FAILED
+        R.error[rid] = reason
+        R.end[rid] = t
+        self.on_finish(rid, t)
+
+    def fail_head(self, reason: str) -> int:
+        """Fail the request at the head of the queue (it can never be scheduled)."""
+        rid = self.waiting.popleft()
+        self.reqs.state[rid] = FAILED
+        self.reqs.error[rid] = reason
+        self.reqs.end[rid] = self.t
+        self.on_finish(rid, self.t)
+        return rid
+
+    def _admit(self, rid: int, hit: int, nb: int) -> None:
+        R = self.reqs
+        self.waiting.popleft()
+        self.free -= nb
+        if hit:
+            self.prefix_hits += 1
+        R.shared[rid] = hit // BLOCK
+        R.kv[rid] = hit
+        R.state[rid] = PREFILL
+        self._admit_seq += 1
+        R.admit[rid] = self._admit_seq
+        # V1 preempts the request admitted last; V0's FCFS policy the one that arrived
+        # last (request ids are in arrival order), so an old request readmitted after a
+        # preemption outranks newer arrivals there.
+        heapq.heappush(self.victims, (-(rid if self.v0 else self._admit_seq), self._admit_seq, rid))
+        self.prefilling.append(rid)
+
+    def _hit(self, rid: int, target: int) -> int:
+        """Prefix-cache hit: full blocks of the shared prefix (vLLM always recomputes at
+        least the last prompt token)."""
+        pre = self.reqs.prefix[rid]
+        if not (pre and self.prefix_cached and self.prefix_caching):
+            return 0
+        return min(pre // BLOCK * BLOCK, (target - 1) // BLOCK * BLOCK)
+
     # ---- one engine step ----
     def run_step(self) -> bool:
         """Schedule and run one step at ``self.t``. Returns False when nothing could be
         scheduled (idle)."""
+        if self.v0:
+            return self._run_step_v0()
         R = self.reqs
-        P, O, gen, kvl, state = R.P, R.O, R.gen, R.kv, R.state
-        s = self.step
+        P, gen, kvl, state = R.P, R.gen, R.kv, R.state
+        ds = self.dstep
         phase = self.phase
 
         # 1) Decodes: one KV slot each; new blocks for those on a block boundary.
-        need = phase[s % BLOCK]
+        need = phase[ds % BLOCK]
         while need > self.free:
             if self._preempt(False) < 0:
                 break
-            need = phase[s % BLOCK]
+            need = phase[ds % BLOCK]
         self.free -= need
         n_dec = self.n_dec
         budget = self.max_tokens - n_dec
@@ -234,32 +310,17 @@ class Replica:
 
         waiting = self.waiting
         if waiting and budget > 0:
-            prefix_cached = self.prefix_cached and self.prefix_caching
             while waiting and budget > 0 and self.n_dec + len(self.prefilling) < self.max_seqs:
                 rid = waiting[0]
                 target = P[rid] + gen[rid]
-                hit = 0
-                if prefix_cached and R.prefix[rid]:
-                    # Full blocks of the shared prefix; vLLM always recomputes the last token.
-                    hit = min(R.prefix[rid] // BLOCK * BLOCK, (target - 1) // BLOCK * BLOCK)
+                hit = self._hit(rid, target) if self.prefix_cached else 0
                 chunk = target - hit
                 if chunk > budget:
                     chunk = budget
-                shared = hit // BLOCK
-                nb = (hit + chunk + BLOCK - 1) // BLOCK - shared
+                nb = (hit + chunk + BLOCK - 1) // BLOCK - hit // BLOCK
                 if nb > self.free:
                     break
-                waiting.popleft()
-                self.free -= nb
-                if hit:
-                    self.prefix_hits += 1
-                R.shared[rid] = shared
-                kvl[rid] = hit
-                state[rid] = PREFILL
-                self._admit_seq += 1
-                R.admit[rid] = self._admit_seq
-                heapq.heappush(self.victims, (-self._admit_seq, rid))
-                self.prefilling.append(rid)
+                self._admit(rid, hit, nb)
                 budget -= chunk
                 p_tok += chunk
                 p_attn += chunk * (hit + chunk * 0.5)
@@ -268,7 +329,59 @@ class Replica:
 
         if not sched and not n_dec:
             return False
+        self._run(p_tok, p_attn, p_kv, n_dec, sched)
+        return True
 
+    def _run_step_v0(self) -> bool:
+        R = self.reqs
+        P, gen, state = R.P, R.gen, R.state
+        waiting = self.waiting
+        # Prefill-first: waiting prompts, whole, at a scheduling point (not inside a
+        # multi-step decode group).
+        if waiting and self.group_left == 0:
+            sched: list[tuple[int, int]] = []
+            tokens = 0
+            p_attn = 0.0
+            p_kv = 0
+            while waiting and self.n_dec + len(sched) < self.max_seqs:
+                rid = waiting[0]
+                target = P[rid] + gen[rid]
+                hit = self._hit(rid, target) if self.prefix_cached else 0
+                new = target - hit
+                if sched and tokens + new > self.max_tokens:
+                    break
+                nb = -(-target // BLOCK) - hit // BLOCK
+                if nb > self.free - self.watermark:
+                    break
+                self._admit(rid, hit, nb)
+                tokens += new
+                p_attn += new * (hit + new * 0.5)
+                p_kv += target
+                sched.append((rid, new))
+            if sched:
+                self._run(tokens, p_attn, p_kv, 0, sched)
+                return True
+        if not self.n_dec:
+            return False
+        # A decode step (the first of a group of ``scheduler_steps`` with multi-step).
+        ds = self.dstep
+        need = self.phase[ds % BLOCK]
+        while need > self.free:
+            if self._preempt(False) < 0:
+                break
+            need = self.phase[ds % BLOCK]
+        self.free -= need
+        if self.group_left == 0:
+            self.group_left = self.scheduler_steps
+        self.group_left -= 1
+        self._run(0, 0.0, 0, self.n_dec, ())
+        return True
+
+    def _run(self, p_tok: int, p_attn: float, p_kv: int, n_dec: int, sched) -> None:
+        """Run the scheduled step: advance the clock, emit tokens, retire what finished."""
+        R = self.reqs
+        P, O, gen, kvl, state = R.P, R.O, R.gen, R.kv, R.state
+        phase = self.phase
         used = self.total_blocks - self.free
         if used > self.peak_used:
             self.peak_used = used
@@ -276,28 +389,33 @@ class Replica:
         t = self.t + dt
         self.t = t
         self.busy_s += dt
-        self.step_ends.append(t)
-        self.kv_sum += n_dec
+        self.step += 1
 
-        # Decoders whose last token was this step.
-        fh = self.finish_heap
-        if fh and fh[0][0] == s:
-            admit, shared_l, on_finish = R.admit, R.shared, self.on_finish
-            while fh and fh[0][0] == s:
-                _, a, rid = heapq.heappop(fh)
-                if admit[rid] != a or state[rid] != DECODE:
-                    continue  # stale: preempted since
-                kv0, s0 = kvl[rid], R.s0[rid]
-                kv = kv0 + (s + 1 - s0)
-                self.n_dec -= 1
-                self.kv_sum -= kv
-                phase[(s0 - kv0) % BLOCK] -= 1
-                self.free += -(-kv // BLOCK) - shared_l[rid]
-                R.segs[rid].append((s0 - 1, s + 2 - s0))
-                gen[rid] += s + 1 - s0
-                state[rid] = DONE
-                R.end[rid] = t
-                on_finish(rid, t)
+        if n_dec:
+            ds = self.dstep
+            self.dends.append(t)
+            self.dstep = ds + 1
+            self.kv_sum += n_dec
+            # Decoders whose last token was this step.
+            fh = self.finish_heap
+            if fh and fh[0][0] == ds:
+                admit, shared_l, on_finish = R.admit, R.shared, self.on_finish
+                while fh and fh[0][0] == ds:
+                    _, a, rid = heapq.heappop(fh)
+                    if admit[rid] != a or state[rid] != DECODE:
+                        continue  # stale: preempted or aborted since
+                    kv0, s0 = kvl[rid], R.s0[rid]
+                    k = ds + 1 - s0
+                    kv = kv0 + k
+                    self.n_dec -= 1
+                    self.kv_sum -= kv
+                    phase[(s0 - kv0) % BLOCK] -= 1
+                    self.free += -(-kv // BLOCK) - shared_l[rid]
+                    R.segs[rid].append((R.tfirst[rid], s0, k))
+                    gen[rid] += k
+                    state[rid] = DONE
+                    R.end[rid] = t
+                    on_finish(rid, t)
 
         # Prefills: a chunk that completes the prompt samples one token at the end of the step.
         for rid, chunk in sched:
@@ -305,68 +423,31 @@ class Replica:
                 continue
             c = kvl[rid] + chunk
             kvl[rid] = c
-            if R.prefix[rid] and not self.prefix_cached and self.prefix_caching and c >= R.prefix[rid] // BLOCK * BLOCK > 0:
+            pre = R.prefix[rid]
+            if pre and not self.prefix_cached and self.prefix_caching and c >= pre // BLOCK * BLOCK > 0:
                 # This request computed the shared prefix: its full blocks now stay cached
                 # (pinned) for every later request on this replica.
                 self.prefix_cached = True
-                R.shared[rid] = self.pinned = R.prefix[rid] // BLOCK
-            target = P[rid] + gen[rid]
-            if c < target:
+                R.shared[rid] = self.pinned = pre // BLOCK
+            if c < P[rid] + gen[rid]:
                 continue
             self.prefilling.remove(rid)
             g = gen[rid] + 1
             gen[rid] = g
             if g >= O[rid]:
-                R.segs[rid].append((s, 1))
+                R.segs[rid].append((t, 0, 0))
                 self.free += -(-c // BLOCK) - R.shared[rid]
                 state[rid] = DONE
                 R.end[rid] = t
                 self.on_finish(rid, t)
                 continue
-            # Starts decoding next step; its stream (this step's token and the decodes
+            # Decodes from the next decode step; its stream (this token and the decodes
             # that follow) is recorded as one run when it finishes or is preempted.
-            s0 = s + 1
+            s0 = self.dstep
+            R.tfirst[rid] = t
             R.s0[rid] = s0
             state[rid] = DECODE
             self.n_dec += 1
             self.kv_sum += c
             phase[(s0 - c) % BLOCK] += 1
-            heapq.heappush(fh, (s0 + O[rid] - g - 1, R.admit[rid], rid))
-
-        self.step = s + 1
-        return True
-
-    def abort(self, rid: int, t: float, reason: str) -> None:
-        """The client gave up on ``rid`` (a timeout): vLLM aborts it between steps and frees
-        its KV blocks; whatever it computed is wasted."""
-        R = self.reqs
-        st = R.state[rid]
-        if st == WAITING:
-            self.waiting.remove(rid)
-        elif st == PREFILL:
-            self.prefilling.remove(rid)
-            self.free += -(-R.kv[rid] // BLOCK) - R.shared[rid]
-        elif st == DECODE:
-            s, kv0, s0 = self.step, R.kv[rid], R.s0[rid]
-            kv = kv0 + (s - s0)
-            self.n_dec -= 1
-            self.kv_sum -= kv
-            self.phase[(s0 - kv0) % BLOCK] -= 1
-            self.free += -(-kv // BLOCK) - R.shared[rid]
-        else:
-            return
-        R.admit[rid] = -1
-        R.shared[rid] = 0
-        R.state[rid] = FAILED
-        R.error[rid] = reason
-        R.end[rid] = t
-        self.on_finish(rid, t)
-
-    def fail_head(self, reason: str) -> int:
-        """Fail the request at the head of the queue (it can never be scheduled)."""
-        rid = self.waiting.popleft()
-        self.reqs.state[rid] = FAILED
-        self.reqs.error[rid] = reason
-        self.reqs.end[rid] = self.t
-        self.on_finish(rid, self.t)
-        return rid
+            heapq.heappush(self.finish_heap, (s0 + O[rid] - g - 1, R.admit[rid], rid))

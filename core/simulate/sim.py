@@ -131,6 +131,45 @@ def check_config(arch: ModelArch, hardware: Hardware, config: ServerConfig) -> M
     return mem
 
 
+def _arg(config: ServerConfig, name: str):
+    """An engine argument from ``extra_args`` in either spelling."""
+    ea = config.extra_args
+    return ea.get(name, ea.get(name.replace("_", "-")))
+
+
+def _truthy(v) -> bool:
+    return v is not None and str(v).strip().lower() not in ("0", "false", "no", "off")
+
+
+def scheduler_generation(config: ServerConfig, engine: str, engine_version: str | None) -> tuple[bool, int]:
+    """(V0 scheduler?, scheduler steps per decision) for this engine and configuration.
+
+    vLLM before 0.8 ran the V0 engine, whose default online scheduler is prefill-first
+    without chunked prefill (``--enable-chunked-prefill`` switches to budgeted chunks,
+    which the V1 model covers); ``--num-scheduler-steps`` (0.6-0.7) is multi-step
+    scheduling. Every other engine, and vLLM 0.8 on, is modelled by the V1 scheduler.
+    """
+    name = (engine or "vllm").lower()
+    v0 = False
+    if name in ("vllm", "sim") and engine_version:
+        try:
+            major, minor = (int(x) for x in engine_version.split(".")[:2])
+            v0 = (major, minor) < (0, 8)
+        except ValueError:
+            v0 = False
+    if v0 and _truthy(_arg(config, "enable_chunked_prefill")):
+        v0 = False
+    steps = 1
+    if v0:
+        raw = _arg(config, "num_scheduler_steps")
+        if raw is not None:
+            try:
+                steps = max(1, int(raw))
+            except (TypeError, ValueError):
+                raise BadInput(f"num_scheduler_steps must be an integer, got {raw!r}") from None
+    return v0, steps
+
+
 class _Sim:
     """The client, the router and the replicas of one load point."""
 
@@ -361,9 +400,15 @@ def simulate_detailed(
     reqs = Requests(P.tolist(), O.tolist(), prefix.tolist())
 
     total_blocks = mem.kv_tokens // BLOCK
+    v0, steps = scheduler_generation(config, engine, engine_version)
+    # V0 without chunked prefill budgets a step by the longest prompt it must take whole.
+    max_tokens = config.max_num_batched_tokens or (max(mem.max_model_len, 2048) if v0 else config.batched_tokens)
     sim = _Sim(reqs, [], cost, mem.max_model_len, router)
     sim.replicas = [
-        Replica(i, reqs, cost, total_blocks, config.seqs, config.batched_tokens, config.enable_prefix_caching, sim.finished)
+        Replica(
+            i, reqs, cost, total_blocks, config.seqs, max_tokens, config.enable_prefix_caching, sim.finished,
+            v0=v0, scheduler_steps=steps,
+        )
         for i in range(config.dp)
     ]
 
@@ -439,7 +484,7 @@ def _result(
     sim: _Sim, reqs: Requests, warm: int, total: int, origin: float, busy0: float, mem: MemoryPlan, series
 ) -> SimResult:
     tok_s = sim.tok_s
-    ends = [np.asarray(r.step_ends) for r in sim.replicas]
+    ends = [np.asarray(r.dends) for r in sim.replicas]
     records: list[RequestRecord] = []
     append = records.append
     last = 0.0
@@ -454,10 +499,12 @@ def _result(
             e = ends[reqs.replica[rid]]
             segs = reqs.segs[rid]
             if len(segs) == 1:
-                a, k = segs[0]
-                times = e[a : a + k]
+                tf, a, k = segs[0]
+                times = np.empty(k + 1)
+                times[0] = tf
+                times[1:] = e[a : a + k]
             else:
-                times = np.concatenate([e[a : a + k] for a, k in segs])
+                times = np.concatenate([np.concatenate(([tf], e[a : a + k])) for tf, a, k in segs])
             m = times.shape[0]
             # Same operations, in the same order, as the client's end time in _Sim.finished,
             # so the next closed-loop send is bit-for-bit the previous request's end.
