@@ -18,7 +18,7 @@ How a row becomes a prediction (the same for every row; nothing is fitted per ro
 - engine and version: the row's, through the engine profiles of ``calibration.toml``
   (vLLM < 0.6 → the legacy profile; a null vLLM version → current vLLM).
 - server knobs stated in the row's notes (``max_num_batched_tokens``, ``max_num_seqs``,
-  ``max_model_len``, ``gpu_memory_utilization``) are applied, since they describe the server
+  ``max_model_len``, ``gpu_memory_utilization``, ``num_scheduler_steps``) are applied, since they describe the server
   that was measured; everything else takes the engine's defaults.
 - lengths: the row's; where the source gives none (ShareGPT runs), the ShareGPT means with a
   Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). ShareGPT output
@@ -55,6 +55,7 @@ _KNOBS = {
     "max_num_seqs": re.compile(r"max[_-]num[_-]seqs[= ](\d+)"),
     "max_model_len": re.compile(r"max[_-]model[_-]len[= ](\d+)"),
     "gpu_memory_utilization": re.compile(r"gpu[_-]memory[_-]utilization[= ]([0-9.]+)"),
+    "num_scheduler_steps": re.compile(r"num[_-]scheduler[_-]steps[= ](\d+)"),
 }
 _PROMPTS = re.compile(r"(\d[\d,]*) (?:ShareGPT )?prompts")
 
@@ -126,7 +127,8 @@ def predict_knee(row: dict, arch, cfg_dict: dict) -> dict:
     )
     tp = int(row.get("tp") or 1)
     dp = int(row.get("replicas") or max(1, int(row.get("num_gpus") or 1) // tp))
-    cfg = p.config(tp, dp, **knobs)
+    extra = {"num_scheduler_steps": knobs.pop("num_scheduler_steps")} if "num_scheduler_steps" in knobs else {}
+    cfg = p.config(tp, dp, extra_args=extra, **knobs)
     mode = w.get("mode")
     if mode == "online-concurrency":
         pred = p.predict(cfg, concurrency=float(w["concurrency"]))

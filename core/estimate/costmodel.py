@@ -170,7 +170,10 @@ class CostModel:
 
         # Linear layers: FLOPs per token and bytes per step, split over TP.
         self._dense_bytes = (arch.weight_bytes_dense + arch.weight_bytes_embeddings / 2) / tp
-        self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active) / tp
+        # Routed experts run as grouped GEMMs of a few rows per expert, well below a dense
+        # GEMM's efficiency (the engine's moe_mfu_scale); their FLOPs count that much more.
+        moe_scale = prof.get("moe_mfu_scale", 1.0) if arch.is_moe else 1.0
+        self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active / moe_scale) / tp
         self._moe = arch.is_moe
         if self._moe:
             self._expert_bytes_layer = arch.weight_bytes_experts / max(arch.num_moe_layers, 1) / arch.num_experts / tp

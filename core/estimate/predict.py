@@ -442,6 +442,7 @@ class Predictor:
         ovh = cm.request_overhead_s
         tail = cm.output_token_overhead_s * self.output_len
 
+        ms = _multi_step(cfg)
         if request_rate is None:
             c = concurrency / dp
             n = min(c, cap)
@@ -449,14 +450,14 @@ class Predictor:
             for _ in range(8):
                 # Little's law: of the C requests a client holds, the engine runs those not in
                 # API overhead or waiting for the next step.
-                e = ovh + st.align(n - 1) + st.cycle + tail
+                e = ovh + st.align(n - 1) * ms + st.cycle + tail
                 n_new = min(cap, max(min(c, 1.0), c * st.cycle / e))
                 if abs(n_new - n) < 1e-3 * max(n, 1.0):
                     break
                 n = 0.5 * (n + n_new)
                 st = self._state(cm, n, budget)
             x = st.throughput
-            e = ovh + st.align(n - 1) + st.cycle + tail
+            e = ovh + st.align(n - 1) * ms + st.cycle + tail
             wait = max(0.0, c / x - e) if x > 0 else math.inf
             limited = "load" if n < cap - 1e-6 else cap_reason
             return self._finish(cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs)
@@ -508,7 +509,8 @@ class Predictor:
         # Closed loop: a new request finds the others running; open loop and bursts: all of them.
         others = st.n - 1 if wait_kind == "fixed" else st.n
         busy = min(1.0, max(others, 0.0))
-        ttft_mean = ovh + wait + st.align(others) + st.prefill
+        ms = _multi_step(cfg)
+        ttft_mean = ovh + wait + st.align(others) * ms + st.prefill
         tok = cm.output_token_overhead_s
         # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
         # (or, without chunked prefill, gaps that span a whole prefill step); for a burst,
@@ -546,7 +548,7 @@ class Predictor:
                 w = wait
             k_coll = _poisson_quantile(collide_m, q)
             pf = st.prefill * (_quantile_len(self.workload.input, q) / I) * (1 + share * k_coll / max(st.k, 1))
-            t = ovh + w + q * st.mean_step * busy + pf
+            t = ovh + w + q * st.mean_step * busy * ms + pf
             ttft_q[name] = t
             if gaps:
                 tp = gap_q[name]  # a burst: requests decode at whatever batch they met
@@ -679,3 +681,12 @@ def dec_gap(st: _State, chunked: bool, dec: float) -> float:
         return st.t_mixed - st.t_pure
     # Without chunked prefill a stall is a whole prefill step on top of the decode step.
     return st.t_mixed * (max(st.n_mixed - st.k, 0.0) + dec) / dec
+
+
+def _multi_step(cfg: ServerConfig) -> int:
+    """vLLM 0.6's multi-step scheduling (``--num-scheduler-steps``): the engine runs that many
+    decode steps per scheduling round, so a new request waits for the round in flight."""
+    try:
+        return max(1, int(cfg.extra_args.get("num_scheduler_steps", cfg.extra_args.get("num-scheduler-steps", 1))))
+    except (TypeError, ValueError):
+        return 1
