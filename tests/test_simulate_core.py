@@ -212,3 +212,37 @@ def test_arrival_schedules_and_lengths():
     e = sample_lengths(LengthDist(kind="empirical", mean=1, values=(3, 7)), 100, rng)
     assert set(e.tolist()) <= {3, 7}
     assert math.isclose(sample_lengths(LengthDist.of(42), 3, rng).sum(), 126)
+
+
+def test_timeouts_abort_requests_and_free_the_engine(arch, g6):
+    config = ServerConfig(model=MODEL, tp=1)
+    wl = Workload.fixed(1024, 512, num_prompts=200)
+    r = simulate(arch, g6, config, wl, LoadPoint(request_rate=5.0), request_timeout_s=30.0)
+    timed_out = [x for x in r.records if x.error and x.error.startswith("timeout")]
+    assert timed_out and r.summary["failed"] == len(timed_out)
+    assert all(x.end_time == pytest.approx(x.send_time + 30.0) for x in timed_out)
+    assert all(x.e2e <= 30.0 for x in r.records if x.ok)
+    assert r.summary["completed"] + r.summary["failed"] == 200
+
+
+def test_old_vllm_runs_the_prefill_first_v0_scheduler(arch, g6):
+    from core.simulate.sim import scheduler_generation
+
+    assert scheduler_generation(ServerConfig(model=MODEL), "vllm", "0.4.3") == (True, 1)
+    assert scheduler_generation(ServerConfig(model=MODEL), "vllm", "0.15.1") == (False, 1)
+    assert scheduler_generation(ServerConfig(model=MODEL), "vllm", None) == (False, 1)
+    multi = ServerConfig(model=MODEL, extra_args={"num-scheduler-steps": 10})
+    assert scheduler_generation(multi, "vllm", "0.6.0") == (True, 10)
+    chunked = ServerConfig(model=MODEL, extra_args={"enable_chunked_prefill": True})
+    assert scheduler_generation(chunked, "vllm", "0.6.0") == (False, 1)
+    assert scheduler_generation(ServerConfig(model=MODEL), "sglang", "0.3.0") == (False, 1)
+
+    wl = Workload.fixed(512, 128, num_prompts=150)
+    load = LoadPoint(request_rate=4.0)
+    cfg = ServerConfig(model=MODEL, tp=2)
+    v0 = simulate(arch, g6, cfg, wl, load, engine_version="0.6.0").summary
+    ms = simulate(arch, g6, cfg.model_copy(update={"extra_args": {"num_scheduler_steps": 8}}), wl, load,
+                  engine_version="0.6.0").summary
+    # Multi-step scheduling makes an arrival wait for the decode group to end.
+    assert ms["mean_ttft_ms"] > v0["mean_ttft_ms"] + 20
+    assert v0["completed"] == ms["completed"] == 150

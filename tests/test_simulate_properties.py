@@ -34,6 +34,7 @@ def cases(draw):
         max_model_len=256,
         gpu_memory_utilization=util,
         enable_prefix_caching=draw(st.booleans()),
+        extra_args={"num_scheduler_steps": draw(st.sampled_from([1, 4]))},
     )
     in_mean = draw(st.integers(1, 200))
     out_mean = draw(st.integers(1, 60))
@@ -55,15 +56,19 @@ def cases(draw):
         )
     router = draw(st.sampled_from(["least-loaded", "round-robin"]))
     timeout = draw(st.one_of(st.none(), st.floats(0.05, 5.0)))
-    return cfg, wl, load, router, timeout, draw(st.integers(0, 2**16))
+    # None: the V1 scheduler; an old vLLM: the V0 prefill-first scheduler (multi-step too).
+    version = draw(st.sampled_from([None, "0.5.3", "0.6.0"]))
+    return cfg, wl, load, router, timeout, version, draw(st.integers(0, 2**16))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_every_request_accounted_tokens_add_up_and_kv_within_capacity(case):
-    cfg, wl, load, router, timeout, seed = case
+    cfg, wl, load, router, timeout, version, seed = case
     try:
-        res, reps, reqs = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout)
+        res, reps, reqs = simulate_detailed(
+            ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout, engine_version=version
+        )
     except InfeasibleConfig:
         assume(False)
         return
@@ -105,6 +110,7 @@ def test_every_request_accounted_tokens_add_up_and_kv_within_capacity(case):
         assert 0 <= rep.peak_used <= rep.total_blocks
         assert rep.free == rep.total_blocks - rep.pinned
         assert rep.n_dec == 0 and not rep.prefilling and not rep.waiting and rep.kv_sum == 0
+        assert rep.v0 == (version is not None)
         assert sum(rep.phase) == 0
     assert 0.0 <= res.peak_kv_usage <= 1.0
     assert np.all(res.timeseries["kv_usage"] <= 1.0)
@@ -124,13 +130,14 @@ def test_every_request_accounted_tokens_add_up_and_kv_within_capacity(case):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_deterministic_for_a_seed(case):
-    cfg, wl, load, router, timeout, seed = case
+    cfg, wl, load, router, timeout, version, seed = case
+    kw = dict(router=router, request_timeout_s=timeout, engine_version=version)
     try:
-        a = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout)[0]
+        a = simulate_detailed(ARCH, HW, cfg, wl, load, seed, **kw)[0]
     except InfeasibleConfig:
         assume(False)
         return
-    b = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout)[0]
+    b = simulate_detailed(ARCH, HW, cfg, wl, load, seed, **kw)[0]
     assert [(r.send_time, r.end_time, r.output_tokens) for r in a.records] == [
         (r.send_time, r.end_time, r.output_tokens) for r in b.records
     ]

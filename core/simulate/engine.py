@@ -336,6 +336,8 @@ class Replica:
         R = self.reqs
         P, gen, state = R.P, R.gen, R.state
         waiting = self.waiting
+        if not self.n_dec:
+            self.group_left = 0  # every sequence of the group finished: schedule afresh
         # Prefill-first: waiting prompts, whole, at a scheduling point (not inside a
         # multi-step decode group).
         if waiting and self.group_left == 0:
