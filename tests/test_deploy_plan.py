@@ -222,8 +222,25 @@ def test_bad_targets(target, message):
 def test_tp_above_the_instance_and_a_model_that_does_not_fit():
     with pytest.raises(BadInput, match="TP=8 is larger than ml.g6.12xlarge's 4 GPU"):
         build_plan(_src(config=ServerConfig(model="Qwen/Qwen3-4B", tp=8)), DeployTarget(instance="ml.g6.12xlarge"))
-    with pytest.raises(BadInput, match="does not fit: .* GiB of weights per GPU at TP=1"):
+    with pytest.raises(BadInput, match="does not fit on ml.g6.xlarge: weights need .* GB per GPU at TP1"):
         build_plan(_src(config=ServerConfig(model="meta-llama/Llama-3.1-70B")), DeployTarget(instance="ml.g6.xlarge"))
+    # Weights alone over the budget fail even when the source claims it ran there.
+    with pytest.raises(BadInput, match="weights need"):
+        build_plan(_src(config=ServerConfig(model="Qwen/Qwen3-32B", tp=2)), DeployTarget(instance="ml.g6.12xlarge"))
+
+
+def test_kv_cache_misfit_fails_an_estimate_but_not_a_measurement():
+    """Qwen3-8B at its full 40960-token context: the KV cache left on one L4 holds fewer
+    tokens than max_model_len, so vLLM would refuse to start. A simulated trial fails the
+    plan; a trial measured on L4 at this TP is trusted, with a warning."""
+    cfg = ServerConfig(model="Qwen/Qwen3-8B", tp=1)
+    with pytest.raises(BadInput, match="fewer than max_model_len=40960"):
+        build_plan(_src(config=cfg, simulated=True), DeployTarget(instance="ml.g6.12xlarge"))
+    plan = build_plan(_src(config=cfg, gpu="NVIDIA L4"), DeployTarget(instance="ml.g6.12xlarge"))
+    assert any("trusting the measurement" in w for w in plan.warnings)
+    ok = build_plan(_src(config=cfg.model_copy(update={"max_model_len": 8192}), simulated=True),
+                    DeployTarget(instance="ml.g6.12xlarge"))
+    assert not any("fit" in w for w in ok.warnings) and ok.sizing.weights_gib_per_gpu > 7
 
 
 def test_names_are_idempotent_and_change_with_the_config():

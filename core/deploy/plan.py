@@ -151,11 +151,27 @@ def _slug(model: str) -> str:
     return s[:36].strip("-") or "model"
 
 
+def _same_gpu(src: DeploySource, gpu_name: str) -> bool:
+    from core.catalog import get_gpu
+
+    if src.gpu is None:
+        return False
+    for cand in (src.gpu, re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu), re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu).split(" ")[0]):
+        try:
+            return get_gpu(cand).name == gpu_name
+        except BadInput:
+            continue
+    return False
+
+
 def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float | None:
-    """Weights per GPU against the memory vLLM may use. The full memory plan (KV cache,
-    activations, CUDA graphs) is the estimator's job; this catches the impossible cases
-    before anything is created, without a network. Returns GiB of weights per GPU."""
+    """Does one copy fit on the target's GPUs? The estimator's memory plan (weights,
+    profile-run activations, runtime reserves, and a KV cache holding at least one
+    max_model_len sequence, as vLLM requires to start) decides, offline. A trial that
+    actually ran on this GPU at this TP outranks the estimate: then a misfit is a warning.
+    Returns GiB of weights per GPU."""
     from core.catalog import get_gpu, load_model
+    from core.estimate.memory import plan_memory
     from core.spec.model import WEIGHT_BYTES
 
     cfg = src.config
@@ -166,17 +182,21 @@ def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float 
         warnings.append(f"could not read {cfg.model}'s architecture offline; memory fit not checked")
         return None
     gpu = get_gpu(inst.gpu)
-    per_gpu = arch.weight_bytes / cfg.tp
-    budget = gpu.usable_bytes * cfg.gpu_memory_utilization
-    gib = per_gpu / 1024**3
-    if per_gpu > budget:
-        raise BadInput(
-            f"{cfg.model} does not fit: {gib:.1f} GiB of weights per GPU at TP={cfg.tp}, "
-            f"{budget / 1024**3:.1f} GiB usable on {gpu.name} at gpu_memory_utilization={cfg.gpu_memory_utilization:g}",
-            "raise TP, quantize, or pick an instance with larger GPUs",
-        )
-    if per_gpu > 0.9 * budget:
-        warnings.append(f"weights take {per_gpu / budget:.0%} of the usable GPU memory: little room for KV cache")
+    mem = plan_memory(arch, gpu, cfg.tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                      max_model_len=cfg.max_model_len, max_num_batched_tokens=cfg.batched_tokens,
+                      max_num_seqs=cfg.seqs, kv_dtype=cfg.kv_cache_dtype)
+    gib = mem.weight_bytes / 1024**3
+    if not mem.fits:
+        # Weights alone over the budget is arithmetic, not an estimate: always an error.
+        # The KV-cache verdict depends on the estimator's activation and reserve figures.
+        weights_only = mem.weight_bytes + mem.runtime_bytes >= mem.budget_bytes
+        ran_here = not src.simulated and _same_gpu(src, gpu.name) and (src.num_gpus in (None, cfg.num_gpus))
+        if ran_here and not weights_only:
+            warnings.append(f"the memory estimate says it does not fit ({mem.reason}), but the trial ran on {gpu.name}; trusting the measurement")
+        else:
+            raise BadInput(f"{cfg.model} does not fit on {inst.name}: {mem.reason}")
+    elif mem.weight_bytes > 0.9 * mem.budget_bytes:
+        warnings.append(f"weights take {mem.weight_bytes / mem.budget_bytes:.0%} of the usable GPU memory: little room for KV cache")
     return gib
 
 
