@@ -460,7 +460,17 @@ class Predictor:
             e = ovh + st.align(n - 1) * ms + st.cycle + tail
             wait = max(0.0, c / x - e) if x > 0 else math.inf
             limited = "load" if n < cap - 1e-6 else cap_reason
-            return self._finish(cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs)
+            resumed = 0.0
+            if limited == "kv_cache" and not self.profile.get("chunked_prefill", 1) and wait > 0:
+                # Prefill-first schedulers (vLLM < 0.8) admit a prompt whenever its blocks are
+                # free and preempt running sequences when the cache fills: past the KV limit
+                # the excess waits as preempted sequences (decode slows), not before the first
+                # token. Only what exceeds the prompt-only capacity waits for admission.
+                mem = self.memory(cfg)
+                admit = min(float(seqs), mem.kv_tokens / (self.input_len + 16.0))
+                ttft_wait = max(0.0, c - max(admit, n)) / x
+                resumed, wait = wait - ttft_wait, ttft_wait
+            return self._finish(cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs, resumed=resumed)
 
         lam = request_rate / dp
         st_cap = self._state(cm, cap, budget)
@@ -499,7 +509,7 @@ class Predictor:
 
     def _finish(self, cfg, cm, st: _State, x: float, wait: float, wait_kind: str, limited: str,
                 saturated: bool, concurrency, request_rate, budget: int, seqs: int,
-                gaps: list[tuple[float, float]] | None = None) -> Prediction:
+                gaps: list[tuple[float, float]] | None = None, resumed: float = 0.0) -> Prediction:
         """Means and approximate percentiles from a replica's steady state."""
         I, O = self.input_len, self.output_len
         dp = cfg.dp
@@ -528,7 +538,12 @@ class Predictor:
                     val = t
                     break
             gap_q[name] = val + tok
-        tpot_mean = gap_mean if gaps else st.tpot + tok
+        if resumed > 0 and dec > 0:
+            # Time spent preempted between tokens: spread over the request's decode.
+            dist = [(t + resumed / dec, w) for t, w in dist]
+            gap_mean += resumed / dec
+            gap_q = {k: v + resumed / dec for k, v in gap_q.items()}
+        tpot_mean = gap_mean if gaps else st.tpot + tok + resumed / max(dec, 1.0)
         e2e_mean = ttft_mean + dec * tpot_mean
 
         # Percentiles (approximate; see the module docstring).
@@ -556,7 +571,7 @@ class Predictor:
                 # Mixed steps among one request's decode steps: binomial(O−1, frac_mixed).
                 f = st.frac_mixed
                 f_q = min(1.0, max(0.0, f + _Z[q] * math.sqrt(max(f * (1 - f), 0.0) / dec)))
-                tp = max(st.tpot + (f_q - f) * dec_gap(st, chunked, dec), 0.0) + tok
+                tp = max(st.tpot + (f_q - f) * dec_gap(st, chunked, dec), 0.0) + tok + resumed / dec
             else:
                 tp = 0.0
             tpot_q[name] = tp
