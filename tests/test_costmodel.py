@@ -25,7 +25,7 @@ def test_prefill_is_compute_bound_and_faster_with_fp8_on_hopper(llama8b):
     h100 = get_gpu("H100-SXM")
     bf16 = CostModel(llama8b, h100).step_time(Batch.prefill(8192))
     fp8 = CostModel(load_model("meta-llama/Llama-3.1-8B", precision="fp8"), h100).step_time(Batch.prefill(8192))
-    assert fp8 < 0.7 * bf16
+    assert fp8 < 0.8 * bf16  # FP8 GEMMs: twice the peak, a smaller share of it (mfu_fp8)
     assert CostModel(llama8b, h100).breakdown(Batch.prefill(8192)).bottleneck == "compute (matmuls)"
     # Ampere has no FP8 tensor cores: an FP8 checkpoint runs weight-only (Marlin), which
     # prefills no faster than 16-bit (dequantizing in the GEMM) but decodes faster (half the bytes).
