@@ -114,8 +114,8 @@ class AdaptiveStrategy(Strategy):
             scored = {pid: self._pred_score(pr, t) for pid, pr in good.items()}
             best_pred = max((s for s in scored.values() if s is not None), default=0.0)
             t.predicted = {"score": best_pred, "points": {pid: {k: preds[pid].get(k) for k in (self.key, "p99_e2el_ms", "mean_ttft_ms") if k in preds[pid]} for pid in preds}}
-            # Most promising load first; points predicted to break the SLO go last (they
-            # run only if the measurement says the prediction was too pessimistic).
+            # Most promising load first; points predicted to break the SLOs (beyond the
+            # margin) are not run.
             t.points.sort(key=lambda p: -(scored.get(p.point_id) if scored.get(p.point_id) is not None else -math.inf))
             t._scores = scored  # type: ignore[attr-defined]
             ranked.append((best_pred, t))
@@ -174,6 +174,8 @@ class AdaptiveStrategy(Strategy):
                 continue
             if blocked and any(_load_of(p) >= b for b in blocked):
                 continue  # a lower load already broke the SLO
+            if self.predictor is not None and scores and p.point_id not in scores:
+                continue  # predicted to miss the SLOs even with the estimator's margin
             if self.predictor is not None and not self._can_beat(scores.get(p.point_id)):
                 continue
             return p
