@@ -85,6 +85,17 @@ class Requests:
         self.error: list[str | None] = [None] * n
         self.replica = [-1] * n
 
+    def add(self, prompt_len: int, output_len: int, prefix_len: int = 0) -> int:
+        """Append one request (the live server's requests arrive one at a time)."""
+        self.P.append(prompt_len)
+        self.O.append(output_len)
+        self.prefix.append(prefix_len)
+        for name, v in (("gen", 0), ("kv", 0), ("s0", 0), ("state", PENDING), ("shared", 0), ("admit", 0),
+                        ("end", 0.0), ("error", None), ("replica", -1), ("tfirst", 0.0)):
+            getattr(self, name).append(v)
+        self.segs.append([])
+        return len(self.P) - 1
+
 
 class Replica:
     """One engine: KV block pool, queues and the step loop."""
@@ -253,7 +264,9 @@ class Replica:
         pre = self.reqs.prefix[rid]
         if not (pre and self.prefix_cached and self.prefix_caching):
             return 0
-        return min(pre // BLOCK * BLOCK, (target - 1) // BLOCK * BLOCK)
+        # Never more than the cached (pinned) blocks: a request whose shared prefix is
+        # longer than the one cached computes the rest itself.
+        return min(pre // BLOCK * BLOCK, self.pinned * BLOCK, (target - 1) // BLOCK * BLOCK)
 
     # ---- one engine step ----
     def run_step(self) -> bool:
