@@ -217,3 +217,19 @@ def test_dry_run_plans_one_launch_per_server_config(tmp_path, capsys):
 def test_engine_spec_defaults_are_loopback_and_secret_free():
     e = EngineSpec(kind="vllm")
     assert e.host == "127.0.0.1" and "key" not in e.model_dump_json().lower()
+
+
+def test_detached_runner_and_attach(tmp_path, capsys):
+    """`knee sweep --detach` runs in its own process; `knee attach` follows it to the end."""
+    ws = str(tmp_path)
+    assert knee(["sweep", "--detach", "--json", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--server-args", "tensor_parallel_size=[1,2]", "--client-args", "max_concurrency=[4,8];num_prompts=50", "--workspace", ws, "--study", "bg"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["study"] == "bg" and info["pid"] > 0
+    assert knee(["attach", "--study", "bg", "--workspace", ws]) == 0
+    err = capsys.readouterr().err
+    assert "attached to 'bg'" in err and "sweep done: 4 load points run" in err
+    store = StudyStore(tmp_path / "knee.db")
+    assert store.study("bg")["status"] == "done" and len(store.points("bg")) == 4
+    # replaying from the start shows every event again
+    assert knee(["attach", "--study", "bg", "--workspace", ws, "--from-start"]) == 0
+    assert capsys.readouterr().err.count("[trial") == 2
