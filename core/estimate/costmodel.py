@@ -23,6 +23,13 @@ communication and the engine's fixed costs:
 
 MoE weights touched grow with the batch: with T tokens routed top-k of E experts, the
 expected number of distinct experts per layer is E·(1 − (1 − k/E)^T).
+
+Efficiencies (``calibration.toml``) are per GPU architecture, with a separate MFU for FP8
+matmuls (a smaller share of a doubled peak); weight-only quantized GEMMs (FP8 on Ampere,
+AWQ/GPTQ) and MoE grouped GEMMs run at a stated fraction of a dense GEMM's efficiency.
+Engine profiles carry the fixed costs (per step, layer, sequence, MoE layer, TP worker),
+the per-request API costs, and the scheduler facts the predictor needs (chunked prefill or
+prefill-only steps, default budgets, how the KV cache is sized).
 """
 
 from __future__ import annotations
