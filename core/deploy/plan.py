@@ -315,8 +315,10 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
     else:
         style = target.style
     if style == "single-model" and copies > 1:
+        lmi = (" (LMI documents starting one worker per TP group by itself, which would change the measured "
+               "layout; whether v17+ async mode still does is uncertain)") if target.container == "lmi" else ""
         warnings.append(f"single-model endpoint: one server on {gpus_per_copy} of {inst.num_gpus} GPUs, "
-                        f"{inst.num_gpus - gpus_per_copy} idle; inference components would run {copies} copies")
+                        f"{inst.num_gpus - gpus_per_copy} idle; inference components would run {copies} copies{lmi}")
     if style == "inference-components" and copies * gpus_per_copy < inst.num_gpus:
         warnings.append(f"{inst.num_gpus - copies * gpus_per_copy} GPU(s) per instance stay idle")
 
