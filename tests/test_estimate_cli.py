@@ -89,6 +89,8 @@ def test_model_that_fits_nowhere_reports_the_reason():
         (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--engine", "teapot"], "unknown engine"),
         (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--kv-cache-dtype", "fp3"], "unknown KV-cache dtype"),
         (["--model", "Qwen/Qwen3-4B"], "no hardware given"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--input-len", "100000"], "exceed"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--input-len", "3000", "--max-model-len", "2048"], "exceed --max-model-len"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, needle):

@@ -379,6 +379,13 @@ class Predictor:
             prefilling = n * k / n_mixed  # sequences prefilling in a mixed step
             dec_mixed = max(0.0, n - prefilling) if n_mixed < steps else n * dec_steps / steps
             dec_pure = n
+            bound = n * (I + dec_steps) / budget
+            if bound > steps:
+                # Token-budget bound: every step is full (decodes plus prefill chunks up to
+                # max_num_batched_tokens) and prompts wait between their chunks.
+                steps = n_mixed = bound
+                prefilling = max(1.0, n - n * dec_steps / steps)
+                dec_mixed = n * dec_steps / steps
             p_tok = n * I / n_mixed
             # Attention pairs and KV read by the prefill chunks, per mixed step.
             p_attn = n * I * I / 2.0 / n_mixed
@@ -386,7 +393,7 @@ class Predictor:
             t_mixed = step(p_tok, p_attn, p_kv, dec_mixed, dec_mixed * ctx, prefilling)
             t_pure = step(0.0, 0.0, 0.0, dec_pure, dec_pure * ctx, 0.0) if n_mixed < steps else t_mixed
             cycle = n_mixed * t_mixed + (steps - n_mixed) * t_pure
-            prefill = k * t_mixed
+            prefill = max(k, steps - dec_steps) * t_mixed
             decode_work = n * dec_steps
             frac_mixed = (n_mixed * dec_mixed / decode_work) if decode_work > 0 else 0.0
         else:
@@ -547,7 +554,7 @@ class Predictor:
         e2e_mean = ttft_mean + dec * tpot_mean
 
         # Percentiles (approximate; see the module docstring).
-        collide_m = x * st.prefill  # other prefills arriving while ours runs
+        collide_m = min(x * st.prefill, 50.0)  # other prefills arriving while ours runs
         share = 0.5 if chunked else 1.0
         p_wait = 0.0
         if wait_kind == "exponential" and wait > 0:
@@ -561,8 +568,10 @@ class Predictor:
                 w = 2 * wait * q
             else:  # a closed loop's queue is nearly deterministic
                 w = wait
+            # The mean prefill already holds the average collision; scale by the quantile's
+            # share of it.
             k_coll = _poisson_quantile(collide_m, q)
-            pf = st.prefill * (_quantile_len(self.workload.input, q) / I) * (1 + share * k_coll / max(st.k, 1))
+            pf = st.prefill * (_quantile_len(self.workload.input, q) / I) * (1 + share * k_coll) / (1 + share * collide_m)
             t = ovh + w + q * st.mean_step * busy * ms + pf
             ttft_q[name] = t
             if gaps:

@@ -191,6 +191,14 @@ def estimate(
     if any(c < 1 for c in concurrency):
         raise BadInput("--concurrency must list positive integers")
 
+    need = workload.max_total_len
+    if max_model_len is not None and need > max_model_len:
+        raise BadInput(f"requests of up to {need} tokens exceed --max-model-len {max_model_len}", "raise it or shorten the workload")
+    if need > arch.max_position_embeddings:
+        raise BadInput(
+            f"requests of up to {need} tokens exceed {arch.name}'s context of {arch.max_position_embeddings} tokens",
+            "shorten --input-len/--output-len",
+        )
     p = Predictor(
         arch,
         hardware.gpu,
