@@ -233,3 +233,21 @@ def test_detached_runner_and_attach(tmp_path, capsys):
     # replaying from the start shows every event again
     assert knee(["attach", "--study", "bg", "--workspace", ws, "--from-start"]) == 0
     assert capsys.readouterr().err.count("[trial") == 2
+
+
+def test_adaptive_without_an_estimator_uses_optuna_tpe(tmp_path):
+    store = StudyStore(tmp_path / "knee.db")
+    spec = small_spec(server_args=WALK_SERVER, client_args="max_concurrency=[32,64];num_prompts=200", strategy="adaptive")
+    name = create_study(store, spec, "tpe")
+    s = Runner(store, name, predictor=None).run()  # as for a model the estimator does not know
+    trials = store.trials(name)
+    ran = [t for t in trials if t.launches]
+    assert 3 <= len(ran) <= 9 and s.launches == len(ran)
+    assert len({t.trial_key for t in ran}) == len(ran)  # never launches a configuration twice
+    not_run = [t for t in trials if t.status == "skipped"]
+    assert len(ran) + len(not_run) == 9 or len(ran) == 9
+    assert all("without improvement" in t.reason for t in not_run)
+    # deterministic for a seed
+    name2 = create_study(store, spec, "tpe2")
+    Runner(store, name2, predictor=None).run()
+    assert [t.server_args for t in store.trials(name2) if t.launches] == [t.server_args for t in ran]

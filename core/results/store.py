@@ -15,8 +15,9 @@ concrete reasons it does not fit as the *store*, checked against optuna 5.0.0):
 - Per-request records (10^3..10^5 per point) and a live event stream do not belong in trial
   attributes.
 
-Optuna is still what knee uses for model-based search where the estimator cannot help (see
-``core.sweep.strategies``). The tables here are plain SQLAlchemy Core, so any database
+Optuna is what knee uses for model-based search where the estimator cannot help: the
+adaptive strategy without predictions asks TPE for the next server configuration
+(``core.sweep.strategies.AdaptiveStrategy``). The tables here are plain SQLAlchemy Core, so any database
 SQLAlchemy supports works, and every write is one short transaction: killing the writer at
 any moment loses at most the point in flight.
 """

@@ -253,6 +253,7 @@ class Runner:
             point = strategy.next_point(trial)
             if point is None:
                 self._finish_trial(tid, trial, launched=False)
+                strategy.trial_done(trial)
                 return
             if point.point_id in done:
                 strategy.observe(trial, point, done[point.point_id])
@@ -306,6 +307,7 @@ class Runner:
         finally:
             self._stop_server()
         self._finish_trial(tid, trial, launched=True, started=started)
+        strategy.trial_done(trial)
 
     def _trial_launches(self, tid: int) -> int:
         for t in self.store.trials(self.study):

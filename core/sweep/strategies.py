@@ -56,6 +56,9 @@ class Strategy:
     def trial_failed(self, trial: TrialPlan) -> None:
         """The trial's server failed; nothing more to do on it."""
 
+    def trial_done(self, trial: TrialPlan) -> None:
+        """Every point of the trial is stored (measured, failed or replayed)."""
+
     def points_left(self, trial: TrialPlan) -> list[PointPlan]:
         """Points the trial would still run (to store as failed when its server fails)."""
         return [p for p in trial.points if p.point_id not in self.results]
@@ -75,7 +78,87 @@ class AdaptiveStrategy(Strategy):
         self._queue: list[TrialPlan] = []
         self._ratios: list[float] = []
         self._blocked: set[str] = set()  # trials whose higher loads break the SLO
-        self._rank()
+        self._tpe = None
+        if predictor is None:
+            self._tpe_init()
+        else:
+            self._rank()
+
+    # ---- without an estimator: Optuna's TPE over the server-arg space ----------------------
+    # When the model or hardware is unknown to the estimator (a custom engine, a model with
+    # no config), there is nothing to rank by; Optuna's TPE sampler proposes the next server
+    # configuration from what was measured, and the search ends after ``patience`` launches
+    # in a row that did not improve the best (or when the space is exhausted).
+    patience = 3
+
+    def _tpe_init(self) -> None:
+        import optuna
+
+        from core.sweep.space import sets_from_json
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._sets = sets_from_json(self.spec.server_sets)
+        self._tpe = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=self.spec.seed, n_startup_trials=min(3, len(self.plans))))
+        self._by_key = {t.trial_key: t for t in self.plans}
+        self._asked: dict[str, Any] = {}  # trial_key -> optuna trial awaiting its value
+        self._values: dict[str, float] = {}
+        self._since_best = 0
+        self._best_value = -math.inf
+
+    def _trial_value(self, trial: TrialPlan) -> float:
+        vals = [score(r, self.spec.objective) for pid, r in self.results.items() if r.trial_key == trial.trial_key and r.status == "ok" and self.slo.holds(r.summary)]
+        vals = [v for v in vals if v is not None]
+        return max(vals) if vals else -1e18  # failed or never meets the SLOs: worst
+
+    def _tpe_next(self) -> TrialPlan | None:
+        from core.spec.study import canonical_json
+
+        if len(self._values) >= len(self.plans) or (len(self._values) >= 3 and self._since_best >= self.patience):
+            for t in self.plans:
+                if t.trial_key not in self._values:
+                    t.skip_reason = f"not run: {self.patience} launches in a row without improvement (TPE search, no estimator)"
+                    self.skipped.append((t, t.skip_reason))
+                    self._values[t.trial_key] = -1e18
+            return None
+        for _ in range(50):
+            ot = self._tpe.ask()
+            sargs: dict[str, Any] = {}
+            for s in self._sets:
+                idx = ot.suggest_categorical(s.key, list(range(len(s.values))))
+                sargs.update(zip(s.names, s.values[idx]))
+            key = canonical_json(sargs)
+            if key in self._values:  # TPE repeats itself in small spaces: answer from memory
+                self._tpe.tell(ot, self._values[key])
+                continue
+            self._asked[key] = ot
+            return self._by_key[key]
+        t = next(t for t in self.plans if t.trial_key not in self._values)
+        return t
+
+    def trial_done(self, trial: TrialPlan) -> None:
+        if self._tpe is None or trial.trial_key in self._values:
+            return
+        v = self._trial_value(trial)
+        self._values[trial.trial_key] = v
+        ot = self._asked.pop(trial.trial_key, None)
+        if ot is not None:
+            self._tpe.tell(ot, v)
+        else:  # a trial replayed on resume: tell TPE what it already measured
+            import optuna
+
+            params, dists = {}, {}
+            for s in self._sets:
+                idx = next(i for i, vals in enumerate(s.values) if all(trial.server_args.get(n) == x for n, x in zip(s.names, vals)))
+                params[s.key] = idx
+                dists[s.key] = optuna.distributions.CategoricalDistribution(list(range(len(s.values))))
+            self._tpe.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=v))
+        if v > self._best_value:
+            self._best_value, self._since_best = v, 0
+        else:
+            self._since_best += 1
+
+    def trial_failed(self, trial: TrialPlan) -> None:
+        self.trial_done(trial)
 
     def _pred_score(self, pred: dict[str, float], trial: TrialPlan) -> float | None:
         row = PointRow(study="", point_id="", trial_id=0, trial_key="", server_args=trial.server_args, client_args={}, summary=pred)
@@ -144,6 +227,8 @@ class AdaptiveStrategy(Strategy):
         return optimistic > best
 
     def next_trial(self) -> TrialPlan | None:
+        if self._tpe is not None:
+            return self._tpe_next()
         while self._queue:
             t = self._queue.pop(0)
             pred = (t.predicted or {}).get("score")
