@@ -154,8 +154,11 @@ def simulate_row(row: dict):
     )
     isl = float(w.get("input_len") or SHAREGPT_IN)
     osl = float(w.get("output_len") or SHAREGPT_OUT)
+    pre = shared_prefix(row)
+    # The shared-prefix dataset's prompts are the prefix plus a drawn suffix.
     workload = Workload(
-        input=lengths(row, isl, "input"), output=lengths(row, osl, "output"), shared_prefix_len=shared_prefix(row)
+        input=lengths(row, isl - pre, "input"), output=lengths(row, osl, "output"),
+        dataset="shared-prefix" if pre else "random", shared_prefix_len=pre,
     )
     n = prompt_count(notes)
     if w["mode"] == "online-concurrency":
@@ -221,19 +224,28 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
             "error": err,
             "ape": {k: ape(sim.get(k), meas[k]) for k in METRICS},
             "preemptions": res.preemptions if res else None,
+            "overloaded": "OVERLOADED" in row.get("notes", ""),
             "sim_wall_s": time.perf_counter() - t0,
         })
-    med = {}
-    for m in METRICS:
-        xs = [r["ape"][m] for r in results if r["ape"][m] is not None]
-        med[m] = statistics.median(xs) if xs else None
-        med[m + "_n"] = len(xs)
+    def medians(rows):
+        out = {}
+        for m in METRICS:
+            xs = [r["ape"][m] for r in rows if r["ape"][m] is not None]
+            out[m] = statistics.median(xs) if xs else None
+            out[m + "_n"] = len(xs)
+        return out
+
+    med = medians(results)
+    # Below saturation an open-loop run's throughput is its offered rate, which any
+    # simulator gets right; the rows where the engine decides it are the telling ones.
+    hard = medians([r for r in results if r["mode"] == "online-concurrency" or r["overloaded"]])
     return {
         "rows_online": len(online),
         "simulated": sum(1 for r in results if r["simulated"]),
         "skipped": skipped,
         "rows": results,
         "median_ape": med,
+        "median_ape_engine_bound": hard,
         "simulated_label": "every predicted figure here is simulated",
     }
 
@@ -281,6 +293,11 @@ def main() -> None:
         goal = ACCEPT.get(m)
         verdict = "" if goal is None or v is None else ("  (goal <= %d%%: %s)" % (goal * 100, "ok" if v <= goal else "MISSED"))
         print(f"median APE {LABELS[m]:<10} {'-' if v is None else f'{v * 100:5.1f}%'}  over {med[m + '_n']} rows{verdict}")
+    hard = out["median_ape_engine_bound"]
+    print("engine-bound rows only (closed loop or overloaded, where throughput is not just the offered rate):")
+    for m in METRICS:
+        v = hard[m]
+        print(f"median APE {LABELS[m]:<10} {'-' if v is None else f'{v * 100:5.1f}%'}  over {hard[m + '_n']} rows")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@
   OpenAI-compatible streaming API on 127.0.0.1.
 """
 
-from core.simulate.arrivals import arrival_times, sample_lengths
 from core.simulate.sim import InfeasibleConfig, SimResult, check_config, simulate
 
-__all__ = ["simulate", "SimResult", "InfeasibleConfig", "check_config", "arrival_times", "sample_lengths"]
+__all__ = ["simulate", "SimResult", "InfeasibleConfig", "check_config"]

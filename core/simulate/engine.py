@@ -90,9 +90,16 @@ class Requests:
         self.P.append(prompt_len)
         self.O.append(output_len)
         self.prefix.append(prefix_len)
-        for name, v in (("gen", 0), ("kv", 0), ("s0", 0), ("state", PENDING), ("shared", 0), ("admit", 0),
-                        ("end", 0.0), ("error", None), ("replica", -1), ("tfirst", 0.0)):
-            getattr(self, name).append(v)
+        self.gen.append(0)
+        self.kv.append(0)
+        self.s0.append(0)
+        self.state.append(PENDING)
+        self.shared.append(0)
+        self.admit.append(0)
+        self.end.append(0.0)
+        self.error.append(None)
+        self.replica.append(-1)
+        self.tfirst.append(0.0)
         self.segs.append([])
         return len(self.P) - 1
 

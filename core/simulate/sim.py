@@ -14,17 +14,27 @@ plan's reason), more GPUs than the hardware has, heads that do not split over TP
 ``"invalid configuration"``; the sweep stores the trial as failed with that kind and
 ``.reason``.
 
-Client-side timing follows ``vllm bench serve``:
+The client is played as knee's load generator (``core.load.runner``) plays it, with its
+own dataset draws and schedules (``core.load.datasets.sample_lengths``,
+``core.load.schedule.arrival_times``), so a simulated load point asks for what the real
+one asks for:
 
-- closed loop (``concurrency`` without ``request_rate``): ``concurrency`` requests at t = 0,
-  each next one sent the moment one completes; no scheduled time (no client queue);
-- open loop (``request_rate``): the schedule of :func:`arrival_times`; with a
+- dataset: ``workload.num_prompts + workload.warmup`` prompts whose lengths are drawn from
+  ``workload.seed`` in the order ``make_prompts`` draws them; the ``shared-prefix``
+  dataset prepends ``shared_prefix_len`` common tokens (ISL = prefix + drawn suffix).
+  ShareGPT and corpus files are not read: their lengths come from the workload's
+  distributions;
+- closed loop (``concurrency`` without ``request_rate``): ``concurrency`` requests at
+  t = 0, each next one sent the moment one completes; no scheduled time;
+- open loop (``request_rate``): the load generator's schedule for ``seed``; with a
   ``concurrency`` cap, a request waits at the client for a free slot and its
   ``scheduled_time`` keeps the schedule, so ``client_queue_time`` shows the wait;
-- ``load.duration_s``: no request is sent after it (those in flight finish);
-- warm-up (``workload.warmup``): that many requests run first at the same load and are not
-  recorded; the measured load point starts when they have all finished, with whatever they
-  left in the prefix cache (t = 0 of the records is that moment);
+- ``load.num_prompts`` measured requests (default: the dataset's, cycled); with
+  ``load.duration_s``, nothing is sent after it and what is still in flight
+  ``grace_s`` later is cancelled and recorded as failed;
+- warm-up: ``workload.warmup`` requests from the end of the dataset, a burst capped at the
+  concurrency, not recorded; the measured load point starts when they have all finished,
+  with whatever they left in the prefix cache (t = 0 of the records is that moment);
 - the API server's cost: a request reaches the engine ``request_overhead_s`` after it was
   sent (HTTP, tokenization, queue ingest; this is part of TTFT) and the i-th streamed token
   leaves ``i·output_token_overhead_s`` after its step (detokenize, stream).
@@ -46,7 +56,8 @@ from core.errors import BadInput, RunFailed
 from core.estimate.costmodel import CostModel
 from core.estimate.memory import BLOCK_TOKENS, MemoryPlan, plan_memory
 from core.load.metrics import summarize
-from core.simulate.arrivals import arrival_times, sample_lengths
+from core.load.datasets import sample_lengths
+from core.load.schedule import arrival_times
 from core.simulate.engine import BLOCK, DONE, FAILED, PENDING, Replica, Requests
 from core.spec.hardware import Hardware
 from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
@@ -183,16 +194,39 @@ class _Sim:
         self._rr = 0
         self.events: list[tuple[float, int, int, int]] = []  # (time, tie, kind, rid)
         self._tie = 0
-        n = len(reqs.P)
-        self.send = [math.nan] * n
-        self.sched: list[float | None] = [None] * n
-        self.client_end = [math.nan] * n  # when the client saw the last token (or the error)
+        self.send: list[float] = []
+        self.sched: list[float | None] = []
+        self.client_end: list[float] = []  # when the client saw the last token (or the error)
+        self.measured: list[int] = []  # request ids of the load point, in send/schedule order
         self.in_flight = 0
         self.cap = 1 << 62
         self.client_queue: list[int] = []  # FIFO via index
         self._cq_head = 0
         self.timeout = math.inf  # client request timeout (s after send)
         self.after_finish: Callable[[int, float], None] | None = None
+
+    def create(self, prompt_len: int, output_len: int, prefix_len: int, measured: bool) -> int:
+        rid = self.reqs.add(prompt_len, output_len, prefix_len)
+        self.send.append(math.nan)
+        self.sched.append(None)
+        self.client_end.append(math.nan)
+        if measured:
+            self.measured.append(rid)
+        return rid
+
+    def cancel_in_flight(self, t: float) -> None:
+        """The load point's grace period is over: the client cancels what is still running."""
+        R = self.reqs
+        for rid in self.measured:
+            if not math.isnan(self.send[rid]) and R.state[rid] not in (DONE, FAILED):
+                reason = "cancelled after the grace period"
+                if R.state[rid] == PENDING:
+                    R.state[rid] = FAILED
+                    R.error[rid] = reason
+                    R.end[rid] = t
+                    self.finished(rid, t)
+                else:
+                    self.replicas[R.replica[rid]].abort(rid, t, reason)
 
     # Event kinds: 0 = the schedule wants to send, 1 = the request reaches the engine,
     # 2 = the client has received the whole response, 3 = the client's timeout fires.
@@ -301,8 +335,10 @@ class _Sim:
                     self.arrive(rid, t)
                 elif kind == 2:
                     self.client_done(rid, t)
-                else:
+                elif kind == 3:
                     self.time_out(rid, t)
+                else:
+                    self.cancel_in_flight(t)
                 continue
             if rep is None:
                 break
@@ -349,11 +385,14 @@ def simulate(
     engine_version: str | None = None,
     router: str = "least-loaded",
     request_timeout_s: float | None = None,
+    grace_s: float = 30.0,
     sample_interval_s: float | None = None,
 ) -> SimResult:
     """Simulate one load point of ``workload`` on ``config`` (see the module docstring).
 
-    Deterministic: the same arguments and ``seed`` give the same records. ``router`` spreads
+    Deterministic: the same arguments give the same records. The request lengths come from
+    ``workload.seed`` and the open-loop schedule from ``seed``, as in the load generator
+    (``make_prompts`` and ``run_load(seed=...)``). ``router`` spreads
     requests over ``config.dp`` replicas (``least-loaded``: fewest running + waiting, as
     vLLM's data-parallel front end does; ``round-robin``: as a plain load balancer does).
     ``request_timeout_s``: the client gives up on a request that has not completed this
@@ -364,7 +403,7 @@ def simulate(
     """
     return simulate_detailed(
         arch, hardware, config, workload, load, seed, engine=engine, engine_version=engine_version,
-        router=router, request_timeout_s=request_timeout_s, sample_interval_s=sample_interval_s,
+        router=router, request_timeout_s=request_timeout_s, grace_s=grace_s, sample_interval_s=sample_interval_s,
     )[0]
 
 
@@ -380,6 +419,7 @@ def simulate_detailed(
     engine_version: str | None = None,
     router: str = "least-loaded",
     request_timeout_s: float | None = None,
+    grace_s: float = 30.0,
     sample_interval_s: float | None = None,
 ) -> tuple[SimResult, list[Replica], Requests]:
     """:func:`simulate`, also returning the replicas and the per-request state (for tests
@@ -390,14 +430,21 @@ def simulate_detailed(
     mem = check_config(arch, hardware, config)
     cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
 
-    n = load.num_prompts or workload.num_prompts
+    # The dataset, drawn exactly as the load generator's make_prompts draws it (same seed,
+    # same order), so a simulated load point asks for the same lengths as the real one.
     warm = workload.warmup
-    total = warm + n
-    rng = np.random.default_rng([seed, workload.seed])
-    P = sample_lengths(workload.input, total, rng)
-    O = sample_lengths(workload.output, total, rng)
-    prefix = np.minimum(workload.shared_prefix_len, P) if workload.shared_prefix_len else np.zeros(total, np.int64)
-    reqs = Requests(P.tolist(), O.tolist(), prefix.tolist())
+    n_data = workload.num_prompts + warm
+    rng = np.random.default_rng(workload.seed)
+    ins = sample_lengths(workload.input, n_data, rng)
+    outs = sample_lengths(workload.output, n_data, rng)
+    if workload.dataset == "shared-prefix" and workload.shared_prefix_len:
+        # Every prompt is the shared prefix followed by a drawn suffix (ISL = prefix + suffix).
+        pre = workload.shared_prefix_len
+        Pd, prefd = (ins + pre).tolist(), [pre] * n_data
+    else:
+        Pd, prefd = ins.tolist(), [0] * n_data
+    Od = outs.tolist()
+    reqs = Requests([], [], [])
 
     total_blocks = mem.kv_tokens // BLOCK
     v0, steps = scheduler_generation(config, engine, engine_version)
@@ -412,7 +459,7 @@ def simulate_detailed(
         for i in range(config.dp)
     ]
 
-    # The client. Warm-up requests are ids [0, warm), measured ones [warm, total).
+    # The client, as core.load.runner plays it.
     closed = load.request_rate is None
     conc = load.concurrency
     if conc is not None:
@@ -421,76 +468,91 @@ def simulate_detailed(
         if not request_timeout_s > 0:
             raise BadInput(f"request timeout must be positive, got {request_timeout_s}")
         sim.timeout = float(request_timeout_s)
-    send_until = load.duration_s if load.duration_s is not None else math.inf
-    if closed:
-        schedule = None
-    else:
-        schedule = arrival_times(n, load.request_rate, load.arrival, load.burstiness, rng)
-        warm_schedule = arrival_times(warm, load.request_rate, load.arrival, load.burstiness, rng) if warm else None
+    # How many measured requests: the load point's count, else the dataset's; with only a
+    # duration, as many as fit in it (prompts cycle).
+    n = load.num_prompts if load.num_prompts is not None else (None if load.duration_s else workload.num_prompts)
+    duration = load.duration_s if load.duration_s is not None else math.inf
+    state = {"origin": 0.0, "sent": 0, "warm_sent": 0, "warm_left": warm, "busy0": 0.0}
 
-    state = {"origin": 0.0, "next": warm, "warm_left": warm, "busy0": 0.0}
+    def measured_request(i: int) -> int:
+        j = i % n_data
+        return sim.create(Pd[j], Od[j], prefd[j], True)
+
+    def warm_request(i: int) -> int:
+        j = (n_data - 1 - i) % n_data  # from the end of the dataset, as the runner does
+        return sim.create(Pd[j], Od[j], prefd[j], False)
 
     def start_measured(t0: float) -> None:
         state["origin"] = t0
         state["busy0"] = sum(r.busy_s for r in sim.replicas)  # warm-up work is not measured
+        if load.duration_s is not None:
+            sim.push(t0 + load.duration_s + grace_s, 4, -1)
         if closed:
-            first = min(conc, n)
-            for rid in range(warm, warm + first):
-                sim.push(t0, 0, rid)
-            state["next"] = warm + first
+            first = conc if n is None else min(conc, n)
+            for i in range(first):
+                sim.push(t0, 0, measured_request(i))
+            state["sent"] = first
         else:
-            for i, ts in enumerate(schedule):
-                if ts > send_until:
+            times = arrival_times(load.request_rate, n, load.arrival, load.burstiness, seed,
+                                  duration_s=load.duration_s if n is None else None)
+            for i, ts in enumerate(times.tolist()):
+                if ts >= duration:
                     break
-                sim.sched[warm + i] = t0 + float(ts)
-                sim.push(t0 + float(ts), 0, warm + i)
+                rid = measured_request(i)
+                sim.sched[rid] = t0 + ts
+                sim.push(t0 + ts, 0, rid)
+
+    warm_rids: set[int] = set()
 
     def after_finish(rid: int, end: float) -> None:
-        if rid < warm:
+        if rid in warm_rids:
             state["warm_left"] -= 1
-            if closed and state["next"] < warm:
-                sim.push(end, 0, state["next"])
-                state["next"] += 1
+            if state["warm_sent"] < warm:
+                nxt = warm_request(state["warm_sent"])
+                warm_rids.add(nxt)
+                state["warm_sent"] += 1
+                sim.push(end, 0, nxt)
             if state["warm_left"] == 0:
+                sim.cap = conc if conc is not None else 1 << 62
                 start_measured(end)
             return
-        if closed and state["next"] < total and end - state["origin"] <= send_until:
-            sim.push(end, 0, state["next"])
-            state["next"] += 1
+        if closed and (n is None or state["sent"] < n) and end - state["origin"] < duration:
+            sim.push(end, 0, measured_request(state["sent"]))
+            state["sent"] += 1
 
     sim.after_finish = after_finish
     if warm:
-        if closed:
-            for rid in range(min(conc, warm)):
-                sim.push(0.0, 0, rid)
-            state["next"] = min(conc, warm)
-        else:
-            for i, ts in enumerate(warm_schedule):
-                sim.push(float(ts), 0, i)
+        # Warm-up: a burst capped at the load point's concurrency (or the warm-up count),
+        # whatever the rate, then the measured load point starts when all are done.
+        first = min(conc or warm, warm)
+        sim.cap = first
+        for i in range(first):
+            rid = warm_request(i)
+            warm_rids.add(rid)
+            sim.push(0.0, 0, rid)
+        state["warm_sent"] = first
     else:
         start_measured(0.0)
 
     # Time-series spacing: about 500 samples over a rough guess of the run's length.
     if sample_interval_s is None:
-        guess = cost.step_seconds(0, 0, 0, 1, 1024) * float(O.mean()) * max(1.0, n / max(conc or 64, 1))
+        guess = cost.step_seconds(0, 0, 0, 1, 1024) * float(np.mean(Od)) * max(1.0, (n or 1000) / max(conc or 64, 1))
         sample_interval_s = max(guess / 500.0, 1e-3)
     series: dict[str, list] = {"t": [], "running": [], "waiting": [], "kv_usage": []}
     sim.run(sample_interval_s, series)
 
-    return _result(sim, reqs, warm, total, state["origin"], state["busy0"], mem, series), sim.replicas, reqs
+    return _result(sim, reqs, state["origin"], state["busy0"], mem, series), sim.replicas, reqs
 
 
-def _result(
-    sim: _Sim, reqs: Requests, warm: int, total: int, origin: float, busy0: float, mem: MemoryPlan, series
-) -> SimResult:
+def _result(sim: _Sim, reqs: Requests, origin: float, busy0: float, mem: MemoryPlan, series) -> SimResult:
     tok_s = sim.tok_s
     ends = [np.asarray(r.dends) for r in sim.replicas]
     records: list[RequestRecord] = []
     append = records.append
     last = 0.0
-    for rid in range(warm, total):
+    for index, rid in enumerate(sim.measured):
         if math.isnan(sim.send[rid]):
-            continue  # never sent (the load point's duration ran out)
+            continue  # never sent
         send = sim.send[rid] - origin
         sched = sim.sched[rid]
         rec_sched = None if sched is None else sched - origin
@@ -514,7 +576,7 @@ def _result(
             end = float(times[-1])
             append(
                 RequestRecord(
-                    index=rid - warm,
+                    index=index,
                     send_time=send,
                     scheduled_time=rec_sched,
                     input_tokens=reqs.P[rid],
@@ -529,7 +591,7 @@ def _result(
             end = sim.client_end[rid] - origin if not math.isnan(sim.client_end[rid]) else send
             append(
                 RequestRecord(
-                    index=rid - warm,
+                    index=index,
                     send_time=send,
                     scheduled_time=rec_sched,
                     input_tokens=reqs.P[rid],
