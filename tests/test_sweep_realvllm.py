@@ -79,9 +79,13 @@ def test_real_vllm_sweep(tmp_path, vllm_python, tiny_model_dir):
     raw = (tmp_path / "knee.db").read_bytes()
     for t in trials:
         assert b"VLLM_API_KEY" not in raw
-    # Progress events at >= 2 Hz while a point runs.
-    run = [(t, d) for t, k, d in events if k == "progress" and d.get("phase") == "run"]
-    if len(run) >= 3:
-        gaps = [b[0] - a[0] for a, b in zip(run, run[1:]) if a[1]["point_id"] == b[1]["point_id"]]
-        assert max(gaps) < 0.6
+    # Progress events at >= 2 Hz while a point runs (rate over each point that lasted > 1 s;
+    # a single gap may stretch on a loaded 2-core box, the rate may not).
+    by_point: dict[str, list[float]] = {}
+    for t, k, d in events:
+        if k == "progress" and d.get("phase") == "run":
+            by_point.setdefault(d["point_id"], []).append(t)
+    rates = [(len(ts) - 1) / (ts[-1] - ts[0]) for ts in by_point.values() if len(ts) > 2 and ts[-1] - ts[0] > 1.0]
+    assert rates and min(rates) >= 2.0, rates
+    assert all("running" in d for t, k, d in events if k == "progress" and d.get("phase") == "run" and "completed" in d)
     assert wait_gone(name, timeout=15) == [] and not tagged_pids(name)
