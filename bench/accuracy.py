@@ -24,6 +24,8 @@ How a row becomes a prediction (the same for every row; nothing is fitted per ro
   Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). ShareGPT output
   lengths are long-tailed: taken as log-normal (sigma 1) around the mean, cut at the
   benchmark's 2048-token filter (the tail decides how long a burst takes to drain).
+  ``fixed`` datasets have fixed lengths (closed loops then run in lock-step waves);
+  ``random``/``other`` ones vary around the means (taken as uniform ±25%).
 - mode: ``online-concurrency`` → closed loop at that concurrency (split over replicas);
   ``online-rate`` → open loop at that rate; ``offline-max-throughput`` → everything submitted
   at once (``batch_size`` prompts if given, else the prompt count in the notes, else 1000);
@@ -110,10 +112,14 @@ def predict_knee(row: dict, arch, cfg_dict: dict) -> dict:
     m = _PROMPTS.search(row.get("notes", ""))
     n_prompts = int(m.group(1).replace(",", "")) if m else None
     if w.get("dataset") == "sharegpt":
-        out = sharegpt_output(float(o), float(i))
+        inp, out = LengthDist.of(float(i)), sharegpt_output(float(o), float(i))
+    elif w.get("dataset") == "fixed":
+        inp, out = LengthDist.of(float(i)), LengthDist.of(float(o))
     else:
-        out = LengthDist.of(float(o))
-    workload = Workload(input=LengthDist.of(float(i)), output=out)
+        # "random"/"other": the source gives means and the lengths vary around them
+        # (taken as uniform ±25%), so closed-loop requests do not stay in lock-step waves.
+        inp, out = (LengthDist(kind="uniform", mean=float(v), range_ratio=0.25) for v in (i, o))
+    workload = Workload(input=inp, output=out)
     kv = row.get("kv_dtype") or "auto"
     p = Predictor(
         arch,

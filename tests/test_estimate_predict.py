@@ -99,7 +99,8 @@ def test_concurrency_cap_on_an_open_loop_bounds_the_queue(demo):
 
 def test_engine_without_chunked_prefill_stalls_decodes():
     arch, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("A100-80GB")
-    wl = Workload.fixed(2000, 200)
+    # Lengths that vary, so the closed loop's requests are staggered (not lock-step waves).
+    wl = Workload(input=LengthDist(kind="uniform", mean=2000, range_ratio=0.2), output=LengthDist(kind="uniform", mean=200, range_ratio=0.2))
     v1 = Predictor(arch, gpu, wl, engine="vllm")
     old = Predictor(arch, gpu, wl, engine="vllm", engine_version="0.4.3")
     a = v1.predict(v1.config(1), concurrency=32)
@@ -160,3 +161,24 @@ def test_prediction_dict_is_json_and_bad_loads_are_rejected(demo):
         demo.predict(cfg)
     with pytest.raises(BadInput):
         demo.predict(cfg, concurrency=-1)
+
+
+def test_fixed_lengths_run_in_lock_step_waves():
+    """A closed loop with fixed lengths starts, prefills and finishes together: TTFT holds
+    the whole wave's prefill, unlike the same mean lengths with some spread."""
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
+    fixed = Predictor(arch, gpu, Workload.fixed(1024, 512))
+    spread = Predictor(arch, gpu, Workload(input=LengthDist(kind="uniform", mean=1024, range_ratio=0.25),
+                                           output=LengthDist(kind="uniform", mean=512, range_ratio=0.25)))
+    assert fixed.synchronized and not spread.synchronized
+    cfg = fixed.config(1)
+    w16, w64 = fixed.predict(cfg, concurrency=16), fixed.predict(cfg, concurrency=64)
+    s64 = spread.predict(spread.config(1), concurrency=64)
+    # 64 prompts of 1024 tokens take eight 8192-token steps: the wave's TTFT grows with it.
+    assert w64.prefill_chunks == 8 and w64.ttft_ms.mean > 3 * w16.ttft_ms.mean
+    assert w64.ttft_ms.mean > 3 * s64.ttft_ms.mean
+    assert w64.ttft_ms.p50 <= w64.ttft_ms.p99 <= 1.2 * w64.ttft_ms.mean * 2
+    # Throughput and decode speed are about the same either way.
+    assert w64.req_per_s == pytest.approx(s64.req_per_s, rel=0.2)
+    # Little's law holds: the client's C requests each take E2E.
+    assert w64.req_per_s * w64.e2e_s.mean == pytest.approx(64, rel=0.02)

@@ -37,7 +37,10 @@ The model, per replica (data-parallel replicas split the load evenly):
   prefill/decode interference, which is where its ITL comes from under load. Engines without
   chunked prefill (vLLM < 0.6) run whole prompts in prefill-only steps while decodes stall.
 - Closed loop at concurrency C: a fixed point of Little's law, C = X·(API overhead + wait +
-  residence); past the cap the excess queues and waits (C − N)/X.
+  residence); past the cap the excess queues and waits (C − N)/X. With fixed lengths the
+  requests stay in lock-step waves instead (they start, prefill and finish together, as
+  ``vllm bench serve`` with fixed random lengths makes them): a wave is the prefill of all
+  its prompts in budget-sized steps, then O − 1 decode steps at the full batch.
 - Open loop at rate λ: the N with N = λ·residence(N); near the cap an M/M/c waiting time
   (Sakasegawa's approximation); past it the replica is saturated and, over a finite run of
   ``num_prompts`` requests, the queue grows linearly, so mean wait = (n−1)/2·(1/X − 1/λ).
@@ -450,6 +453,8 @@ class Predictor:
         tail = cm.output_token_overhead_s * self.output_len
 
         ms = _multi_step(cfg)
+        if request_rate is None and self.synchronized and concurrency / dp > 1.0:
+            return self._wave(cfg, cm, concurrency, cap, cap_reason, budget, seqs)
         if request_rate is None:
             c = concurrency / dp
             n = min(c, cap)
@@ -588,6 +593,11 @@ class Predictor:
             mag = math.sqrt(sum(d * d for d in devs))
             e2e_q[name] = max(e2e_mean + math.copysign(mag, sum(devs)), t)
         itl_q = gap_q
+        for d, mean in ((ttft_q, ttft_mean), (e2e_q, e2e_mean)):
+            # A rare collision lifts the mean a little while the tail misses it: keep the
+            # upper percentiles of these latencies at or above their mean.
+            for name in ("p90", "p95", "p99"):
+                d[name] = max(d[name], mean)
         for d in (ttft_q, tpot_q, itl_q, e2e_q):  # keep p50 <= p90 <= p95 <= p99
             prev = -math.inf
             for name in QUANTILES:
@@ -651,6 +661,93 @@ class Predictor:
         # The i-th request of the burst starts once i − N have finished: mean wait (n − N)/2X.
         wait = max(0.0, per_rep - run) / 2.0 / x
         return self._finish(cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, gaps)
+
+    @property
+    def synchronized(self) -> bool:
+        """Fixed lengths: a closed loop's requests start together and finish together."""
+        def fixed(d: LengthDist) -> bool:
+            return d.kind == "fixed" or (d.kind == "uniform" and d.range_ratio == 0) or (d.kind == "normal" and d.std == 0)
+
+        return fixed(self.workload.input) and fixed(self.workload.output)
+
+    def _wave(self, cfg: ServerConfig, cm: CostModel, concurrency: float, cap: float, cap_reason: str,
+              budget: int, seqs: int) -> Prediction:
+        """Closed loop with fixed lengths: the requests stay in lock-step waves (they start
+        together, all prompts prefill, then all decode and finish on the same step, and the
+        client sends the next wave at once) — what ``vllm bench serve`` with fixed random
+        lengths and ``--max-concurrency`` produces, on a real server and on the simulator."""
+        I, O = self.input_len, self.output_len
+        dec = max(O - 1.0, 0.0)
+        dp = cfg.dp
+        c = concurrency / dp
+        w = max(1.0, min(c, cap))
+        ovh, tail = cm.request_overhead_s, cm.output_token_overhead_s * O
+        tokens = w * I
+        if self.profile.get("chunked_prefill", 1):
+            per_step = float(budget)
+        else:
+            per_step = max(1.0, budget // max(int(I), 1)) * I if I <= budget else float(budget)
+        steps_pf = max(1, math.ceil(tokens / per_step - 1e-9))
+        p = tokens / steps_pf
+        t_pf = cm.step_seconds(p, p * I / 2.0, p, 0.0, 0.0, max(1.0, p / I))
+        ctx = I + dec / 2.0
+        t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
+        prefill_all = steps_pf * t_pf
+        # Prompt j's first token leaves with the step that finishes it: ceil(j·I/budget) steps.
+        def ttft_in(q: float) -> float:
+            return max(1, math.ceil(q * tokens / per_step - 1e-9)) * t_pf
+
+        mean_in = sum(ttft_in((j + 1) / 64) for j in range(64)) / 64
+        wave = ovh + prefill_all + dec * t_dec + tail
+        x = w / wave
+        wait = max(0.0, c / x - wave)  # beyond the cap, requests wait whole waves
+        e2e = wait + wave
+        tok = cm.output_token_overhead_s
+        tpot_mean = (prefill_all - mean_in + dec * t_dec) / dec + tok if dec > 0 else 0.0
+        ttft_q = {k: ovh + wait + ttft_in(q) for k, q in QUANTILES.items()}
+        tpot_q = {k: ((prefill_all - ttft_in(1 - q) + dec * t_dec) / dec + tok if dec > 0 else 0.0) for k, q in QUANTILES.items()}
+        # Gaps: decode steps, and for early prompts one gap spanning the rest of the prefill.
+        first_gap = prefill_all - mean_in + t_dec
+        gaps = [(t_dec + tok, max(dec - 1, 0.0)), (first_gap + tok, 1.0 if dec >= 1 else 0.0)]
+        ordered = sorted(g for g in gaps if g[1] > 0) or [(0.0, 1.0)]
+        total = sum(g[1] for g in ordered)
+        itl_q = {}
+        for k, q in QUANTILES.items():
+            acc = 0.0
+            itl_q[k] = ordered[-1][0]
+            for t, wt in ordered:
+                acc += wt
+                if acc >= q * total - 1e-12:
+                    itl_q[k] = t
+                    break
+        itl_mean = sum(t * wt for t, wt in ordered) / total
+        e2e_q = {k: e2e for k in QUANTILES}
+        limited = "load" if c <= cap + 1e-9 else cap_reason
+        pf_batch = Batch(prefill_tokens=int(p), prefill_attn=p * I / 2.0, prefill_kv=p, prefill_seqs=max(1, int(p / I)))
+        return Prediction(
+            tp=cfg.tp,
+            dp=dp,
+            max_num_batched_tokens=budget,
+            max_num_seqs=seqs,
+            concurrency=concurrency,
+            request_rate=None,
+            ttft_ms=Stats((ovh + wait + mean_in) * 1e3, *(ttft_q[k] * 1e3 for k in QUANTILES)),
+            itl_ms=Stats(itl_mean * 1e3, *(itl_q[k] * 1e3 for k in QUANTILES)),
+            tpot_ms=Stats(tpot_mean * 1e3, *(tpot_q[k] * 1e3 for k in QUANTILES)),
+            e2e_s=Stats(e2e, *(e2e_q[k] for k in QUANTILES)),
+            req_per_s=x * dp,
+            output_tok_per_s=x * dp * O,
+            input_tok_per_s=x * dp * I,
+            running=w,
+            queued=max(0.0, c - w),
+            limited_by=limited,
+            saturated=False,
+            prefill_chunks=steps_pf,
+            step_ms_mixed=t_pf * 1e3,
+            step_ms_decode=t_dec * 1e3,
+            prefill_bottleneck=cm.breakdown(pf_batch).bottleneck,
+            decode_bottleneck=cm.breakdown(Batch.decode(max(1, int(round(w))), ctx)).bottleneck if dec > 0 else "n/a (one output token)",
+        )
 
     def _steady_gaps(self, st: _State, weight: float) -> list[tuple[float, float]]:
         """Inter-token gaps of the steady state, as (seconds, share of tokens)."""

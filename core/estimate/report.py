@@ -244,7 +244,7 @@ def estimate(
     # Best first: configurations meeting the SLOs, by throughput at their knee.
     configs.sort(key=lambda ce: (not ce.limits.slo_feasible, -ce.at_knee.req_per_s))
     notes = [
-        "percentiles are approximations from an analytic steady-state model (see core/estimate/predict.py)",
+        "percentiles are approximations from an analytic model: a steady state, or lock-step waves when lengths are fixed (see core/estimate/predict.py)",
         f"engine profile: {eng}{' ' + engine_version if engine_version else ''}; max_model_len {p.max_model_len}",
     ]
     if not configs:
