@@ -121,6 +121,15 @@ def vllm_server_factory(tiny_model_dir: Path):
 
 # nodeid -> (tiers, (state, reason)) for every tier-marked test of this run.
 _OUTCOMES: dict[str, tuple[list[str], tuple[str, str]]] = {}
+# tier -> how many of its tests -m/-k left out, so "none ran" is told apart from "none exist".
+_DESELECTED: Counter = Counter()
+
+
+def pytest_deselected(items) -> None:
+    for item in items:
+        for tier in TIERS:
+            if item.get_closest_marker(tier) is not None:
+                _DESELECTED[tier] += 1
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -161,11 +170,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         c = by_tier[tier]
         ready, why = PROBES[tier]()
         env = f"environment ready ({why})" if ready else f"ENVIRONMENT MISSING: {why}"
+        left_out = f"{_DESELECTED[tier]} deselected by -m/-k; " if _DESELECTED[tier] else ""
         if not c:
-            terminalreporter.write_line(f"{tier}: no tests of this tier in this run; {env}")
+            terminalreporter.write_line(f"{tier}: no tests of this tier ran ({left_out or 'none collected'}); {env}")
             continue
         ran = c["passed"] + c["failed"] + c["error"]
-        line = f"{tier}: {ran} ran, {c['passed']} passed, {c['failed'] + c['error']} failed, {c['skipped']} skipped; {env}"
+        line = (
+            f"{tier}: {ran} ran, {c['passed']} passed, {c['failed'] + c['error']} failed or errored, "
+            f"{c['skipped']} skipped; {left_out}{env}"
+        )
         markup = {"red": True} if c["failed"] + c["error"] else {"yellow": True} if c["skipped"] else {"green": True}
         terminalreporter.write_line(line, **markup)
         for reason, n in reasons[tier].most_common(5):
