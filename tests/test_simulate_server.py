@@ -202,3 +202,23 @@ def test_runs_as_a_module_and_answers():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+async def test_knees_own_load_client_measures_the_simulated_server(server):
+    """The real load path end to end: core.load's client, SSE parser and metrics."""
+    from core.load.datasets import make_prompts, word_tokenizer
+    from core.load.openai import OpenAITarget
+    from core.load.runner import run_load
+    from core.spec.serving import LoadPoint
+    from core.spec.workload import Workload
+
+    sim, url, _ = server
+    prompts = make_prompts(Workload.fixed(300, 48, num_prompts=24), word_tokenizer())
+    target = OpenAITarget(url, MODEL, api_key="k3y")
+    res = await run_load(target, prompts, LoadPoint(concurrency=8, num_prompts=24))
+    s = res.summary
+    assert s["completed"] == 24 and s["failed"] == 0
+    assert s["total_output_tokens"] == 24 * 48
+    assert all(r.output_tokens == 48 and len(r.chunk_times) == 48 for r in res.records)
+    assert s["mean_ttft_ms"] > 0 and s["mean_tpot_ms"] > 0
+    assert sim.counters["success"] == 24
