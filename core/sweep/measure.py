@@ -42,7 +42,7 @@ class PointContext:
     request_timeout_s: float = 600.0
     tokenizer: str | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
-    should_stop: Callable[[list[RequestRecord], float], bool] | None = None  # early end
+    early_stop: bool = False  # end the point once its metrics converge (core.sweep.converge)
 
 
 class Measurer(Protocol):
@@ -110,7 +110,11 @@ class HttpMeasurer:
         key = ctx.workload.model_dump_json()
         if key not in self._prompts:
             self._prompts[key] = make_prompts(ctx.workload, tok)
-        target = OpenAITarget(ctx.base_url, ctx.model, api=ctx.api, api_key=ctx.api_key, timeout_s=ctx.request_timeout_s)
+        from core.sweep.converge import NOT_SENT, Convergence, EarlyStopTarget
+
+        inner = OpenAITarget(ctx.base_url, ctx.model, api=ctx.api, api_key=ctx.api_key, timeout_s=ctx.request_timeout_s)
+        conv = Convergence(ctx.load.concurrency) if ctx.early_stop else None
+        target = EarlyStopTarget(inner, conv, ctx.cancel)
 
         def progress(p) -> None:
             on_progress({
@@ -120,17 +124,24 @@ class HttpMeasurer:
             })
 
         res = run_load_sync(target, self._prompts[key], ctx.load, warmup=ctx.workload.warmup, on_progress=progress, tokenizer=tok if tok.exact else None, seed=ctx.workload.seed)
+        records = [r for r in res.records if not (r.error and NOT_SENT in r.error)]
+        duration = float(res.duration_s)
         extra: dict[str, Any] = {}
+        if target.stopped:
+            # The point ended early: its duration is up to the last real request's end.
+            ends = [r.end_time for r in records if r.end_time is not None]
+            duration = max(ends) if ends else duration
+            extra.update(early_stopped=True, requests_not_sent=target.not_sent)
         try:
             h = res.health.as_dict()
-            extra = {f"client_{k}": v for k, v in h.items() if isinstance(v, (int, float))}
+            extra.update({f"client_{k}": v for k, v in h.items() if isinstance(v, (int, float))})
             if h.get("warning"):
                 extra["client_warning"] = h["warning"]
         except Exception:
             pass
         if res.notes:
             extra["notes"] = "; ".join(res.notes)
-        return Measurement(records=list(res.records), duration_s=float(res.duration_s), simulated=False, extra=extra)
+        return Measurement(records=records, duration_s=duration, simulated=False, extra=extra)
 
 
 def _span(records: list[RequestRecord]) -> float:

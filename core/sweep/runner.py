@@ -132,6 +132,7 @@ class Runner:
         self._interrupt_signal: int | None = None
         self.price_per_gpu_hour = None
         self._available_gpus: list[int] | None = None
+        self._trial_gpus: list[int] | None = None
 
     # ---- events -----------------------------------------------------------------------------
     def emit(self, kind: str, /, **data: Any) -> None:
@@ -269,6 +270,7 @@ class Runner:
                 log_path.parent.mkdir(parents=True, exist_ok=True)
             self.store.update_trial(self.study, tid, status="running", started_at=started, reason=None, log_path=str(log_path) if log_path else None)
             gpus = self._gpus_for(trial)
+            self._trial_gpus = gpus
             self.emit("trial_started", trial_id=tid, server_args=trial.server_args, engine=kind, log_path=str(log_path) if log_path else None, gpus=gpus)
             if kind == "sim":
                 if hasattr(self.measurer, "check"):
@@ -277,6 +279,10 @@ class Runner:
                 server = None
                 cmd = f"sim {self.spec.model}"
             else:
+                if self.spec.rest_s and self.summary.launches:
+                    # llm-optimizer's --rest: let the GPUs settle between servers.
+                    if self.cancel.wait(self.spec.rest_s):
+                        raise _Interrupted("signal")
                 t_launch = time.monotonic()
                 server = launch(self.spec.engine, self.spec.framework, self.spec.model, trial.server_args, log_path, gpus=gpus, cancel=self.cancel, tag=self._tag(tid))
                 self._server = server
@@ -370,6 +376,7 @@ class Runner:
             api=self.spec.engine.api,
             request_timeout_s=self.spec.engine.request_timeout_s,
             cancel=self.cancel,
+            early_stop=self.spec.early_stop,
         )
         latest: dict[str, Any] = {}
         label = {"trial_id": tid, "point_id": point.point_id, "load": point.load.label, "client_args": point.client_args}
@@ -389,7 +396,7 @@ class Runner:
             except BaseException as e:  # noqa: BLE001 - reported through the box
                 box["e"] = e
 
-        telemetry = TelemetrySampler(server.base_url if server and server.process else None, gpus=None, api_key=server.api_key if server else None) if server else None
+        telemetry = TelemetrySampler(server.base_url, gpus=self._trial_gpus, api_key=server.api_key) if server else None
         th = threading.Thread(target=work, name="knee-measure", daemon=True)
         died: int | None = None
         if telemetry:
