@@ -166,3 +166,21 @@ def test_results_cli(swept, capsys):
     assert j["pareto"]["knee"] is not None and len(j["points"]) == 4 and j["simulated"] is True
     assert knee(["results", "--workspace", str(d), "--study", "nope"]) == 2
     assert knee(["results", "--workspace", str(d), "--pareto", "a,b,c"]) == 2
+
+
+def test_recommend_gives_a_server_config_and_its_measurement(swept):
+    from core.results import recommend
+
+    d, store, name = swept
+    cfg, point = recommend(store, name)
+    assert cfg.model == "Qwen/Qwen3-4B" and cfg.tp == point.server_args["tensor_parallel_size"]
+    assert cfg.enable_prefix_caching is False and point.meets_slo and point.summary["output_throughput"] > 0
+    cfg2, p2 = recommend(store, name, point_id=store.points(name)[0].point_id)
+    assert p2.point_id == store.points(name)[0].point_id
+    assert recommend(store, name, constraints="ttft:p99<1ms") is None
+
+
+def test_sqlalchemy_url_storage(tmp_path):
+    store = StudyStore(f"sqlite:///{tmp_path}/url.db")
+    store.create_study("u", None, "m")
+    assert store.studies()[0]["name"] == "u"

@@ -59,7 +59,7 @@ def wrapper(tmp_path):
     w = tmp_path / "wrap.py"
     w.write_text(
         "import runpy, sys\n"
-        "sys.argv = ['cadence_server.py'] + [a for a in sys.argv[1:] if not a.startswith('--variant')]\n"
+        "sys.argv = ['cadence_server.py'] + [a for a in sys.argv[1:] if not a.startswith(('--variant', '--tensor-parallel-size'))]\n"
         f"runpy.run_path({str(CADENCE)!r}, run_name='__main__')\n"
     )
     return w
@@ -215,3 +215,13 @@ def test_sigkill_of_the_runner_leaves_no_server_and_resume_recovers(tmp_path, wr
     assert knee(["sweep", "-q", "--resume", "--study", study, "--workspace", str(tmp_path)]) == 0
     assert len([p for p in store.points(study) if p.status == "ok"]) == 4
     assert wait_gone(study) == []
+
+
+def test_gpus_pinned_per_trial_and_tp_checked_against_them(tmp_path, wrapper):
+    cmd = f"{PY} {wrapper} --port {{port}} --model {{model}}"
+    spec = custom_spec(cmd, server_args="tensor_parallel_size=[2,4]", gpus=[3, 5, 6])
+    store, s, events = run(tmp_path, spec, "gpus")
+    t2, t4 = store.trials("gpus")
+    assert t2.status == "ok" and t2.gpus == [3, 5]
+    assert "knee: CUDA_VISIBLE_DEVICES=3,5" in Path(t2.log_path).read_text()
+    assert t4.status == "failed" and t4.reason.startswith("infeasible: needs 4 GPUs, 3 available") and t4.launches == 0
