@@ -36,3 +36,13 @@ def test_plan_round_trip_and_validation(tmp_path):
     path.write_text('[plan]\ninput_len = -5\n')
     with pytest.raises(BadInput, match="input_len"):
         Plan.load(path)
+
+
+def test_plan_on_gpus_reloads_without_the_default_instance(tmp_path):
+    from core.spec.plan import Plan
+
+    plan = Plan(instance=None, gpu="H100", num_gpus=2, precision=None)
+    path = tmp_path / "gpu-plan.toml"
+    plan.save(path)
+    again = Plan.load(path)
+    assert again == plan and again.instance is None and again.hardware().gpu.name == "H100-SXM"

@@ -49,6 +49,12 @@ class Plan(BaseModel):
     server_args: str = ""
     client_args: str = ""
 
+    @field_validator("instance", "gpu", "precision", "dataset_path", "url", "endpoint_name", mode="before")
+    @classmethod
+    def _blank_is_none(cls, v):
+        # TOML has no null: a saved plan writes "" for "not set" (see save()).
+        return None if isinstance(v, str) and not v.strip() else v
+
     @field_validator("constraints")
     @classmethod
     def _valid_constraints(cls, v: str) -> str:
@@ -70,7 +76,11 @@ class Plan(BaseModel):
         return load_model(self.model, precision=self.precision)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(_to_toml(self.model_dump(exclude_none=True)))
+        # Unset optional fields are written as "" so that loading gives None back rather than
+        # the field's default (a plan on --gpu must not reload on the default instance).
+        data = {k: ("" if v is None else v) for k, v in self.model_dump().items()}
+        data = {k: v for k, v in data.items() if not (k == "num_gpus" and v == "")}
+        Path(path).write_text(_to_toml(data))
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":

@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("knee: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `knee ... --json | head` closed the pipe: not an error worth a traceback.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
