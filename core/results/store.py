@@ -197,16 +197,26 @@ class StudyStore:
             except Exception as e:  # bad URL or missing driver
                 raise BadInput(f"cannot use storage {url!r}: {e}") from None
         self.url = url
-        try:
-            _md.create_all(self.engine, checkfirst=True)
-            with self.engine.begin() as c:
-                row = c.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).first()
-                if row is None:
-                    c.execute(meta_t.insert().values(key="schema", value=str(SCHEMA_VERSION)))
-                elif int(row[0]) > SCHEMA_VERSION:
-                    raise BadInput(f"study store {self.url} was written by a newer knee (schema {row[0]})")
-        except sa.exc.DatabaseError as e:
-            raise BadInput(f"study store {self.url} cannot be used: {e.orig}", "it was left untouched") from None
+        # Two processes may create the same new store at once (a runner and a viewer): the
+        # loser of that race sees "already exists" or a lock, and simply tries again.
+        for attempt in range(20):
+            try:
+                _md.create_all(self.engine, checkfirst=True)
+                with self.engine.begin() as c:
+                    row = c.execute(sa.select(meta_t.c.value).where(meta_t.c.key == "schema")).first()
+                    if row is None:
+                        c.execute(meta_t.insert().values(key="schema", value=str(SCHEMA_VERSION)))
+                    elif int(row[0]) > SCHEMA_VERSION:
+                        raise BadInput(f"study store {self.url} was written by a newer knee (schema {row[0]})")
+                break
+            except (sa.exc.OperationalError, sa.exc.IntegrityError) as e:
+                msg = str(e.orig).lower()
+                if attempt < 19 and ("already exists" in msg or "locked" in msg or "unique" in msg):
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                raise BadInput(f"study store {self.url} cannot be used: {e.orig}", "it was left untouched") from None
+            except sa.exc.DatabaseError as e:
+                raise BadInput(f"study store {self.url} cannot be used: {e.orig}", "it was left untouched") from None
 
     # ---- studies --------------------------------------------------------------------------
     def create_study(self, name: str, spec: SweepSpec | None, model: str, source: str = "knee", info: dict | None = None) -> None:
