@@ -149,6 +149,8 @@ class Runner:
 
     # ---- signals ----------------------------------------------------------------------------
     def _handler(self, signum, frame):  # noqa: ANN001
+        if self._interrupt_signal is not None:
+            return  # already stopping: a second Ctrl-C must not cut the teardown short
         self._interrupt_signal = signum
         self.cancel.set()
         raise _Interrupted(signal.Signals(signum).name)
@@ -423,6 +425,9 @@ class Runner:
         finally:
             if telemetry:
                 telemetry.__exit__(None, None, None)
+        if died is None and server is not None and server.process is not None:
+            # A server that died so early that every request failed before the first check.
+            died = server.process.exit_code()
         wall = time.monotonic() - t0
         if died is not None:
             tail = server.process.tail() if server and server.process else ""
