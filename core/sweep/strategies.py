@@ -296,13 +296,21 @@ class SLAStrategy(Strategy):
         declared = self._client_base().get(self.knob)
         if declared:
             return float(declared)
-        if self.predictor is not None and self.integer:
-            # Little's law on the prediction at the configured batch: the concurrency the
-            # server holds at once is where the search starts.
-            p = make_point(self.spec, trial.server_args, {**self.base, self.knob: trial.config.seqs})
-            pred = self.predictor.predict(trial.config, p.workload, p.load)
-            if pred:
-                return max(self.spec.sla_min, min(self.spec.sla_max, round(pred["request_throughput"] * pred["mean_e2el_ms"] / 1000)))
+        if self.predictor is not None:
+            # Start where the estimator says the SLOs stop holding: the largest power of two
+            # (concurrency) or rate step predicted to meet them. Bracketing then corrects it
+            # in either direction, so a wrong prediction costs probes, never the answer.
+            seed = None
+            v = max(self.spec.sla_min, 1.0)
+            while v <= self.spec.sla_max:
+                p = make_point(self.spec, trial.server_args, {**self.base, self.knob: self._value(v)})
+                pred = self.predictor.predict(trial.config, p.workload, p.load)
+                if not pred or not self.slo.holds(pred):
+                    break
+                seed = v
+                v *= 2
+            if seed is not None:
+                return seed
         return max(self.spec.sla_min, 1.0)
 
     def _value(self, v: float) -> float | int:

@@ -62,7 +62,15 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
     k = knee(front, x, y)
     b = best(points, objective, slo, price)
     trials = store.trials(study)
+    # Per configuration: the highest load that met every SLO (what SLA search looks for; also
+    # meaningful for a grid). Keyed by trial id.
+    sla: dict[int, Any] = {}
+    for p in points:
+        load = p.client_args.get("max_concurrency", p.client_args.get("request_rate"))
+        if p.status == "ok" and load is not None and slo.holds(p.summary):
+            sla[p.trial_id] = max(sla.get(p.trial_id, load), load)
     return {
+        "max_load_meeting_slo": sla,
         "study": study,
         "model": row["model"],
         "status": row["status"],
@@ -112,6 +120,7 @@ def run(args) -> int:
         print_json({
             "study": a["study"], "model": a["model"], "status": a["status"], "simulated": a["simulated"],
             "constraints": a["constraints"], "objective": a["objective"],
+            "max_load_meeting_slo": a["max_load_meeting_slo"],
             "best": pt(a["best"]),
             "pareto": {"x": a["pareto"]["x"], "y": a["pareto"]["y"], "points": [pt(p) for p in a["pareto"]["points"]], "knee": pt(a["pareto"]["knee"])},
             "trials": [t.model_dump(mode="json") for t in a["trials"]],
@@ -160,6 +169,11 @@ def _print_text(a: dict[str, Any]) -> None:
     for p in par["points"]:
         mark = "  <- knee" if par["knee"] is not None and p.point_id == par["knee"].point_id else ""
         print(f"  trial {p.trial_id} {p.server_args} {p.client_args.get('max_concurrency', '')}: {par['x']}={_fmt(_v(p, par['x']))} {par['y']}={_fmt(_v(p, par['y']))}{mark}")
+    if a["max_load_meeting_slo"] and a["constraints"]:
+        by_trial = {t.trial_id: t for t in a["trials"]}
+        print("highest load meeting the constraints, per configuration:")
+        for tid, load in sorted(a["max_load_meeting_slo"].items()):
+            print(f"  trial {tid} {by_trial[tid].server_args if tid in by_trial else ''}: {load}")
     failed = [t for t in a["trials"] if t.status in ("failed", "skipped")]
     for t in failed:
         print(f"{t.status}: trial {t.trial_id} {t.server_args}: {(t.reason or '').splitlines()[0] if t.reason else ''}")
