@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from core.errors import BadInput
-from core.results.analysis import best as best_point
 from core.spec.slo import LATENCY_METRICS, SLO, parse_constraints
 from core.spec.study import PointRow, canonical_json, make_point_id
 from core.sweep.grammar import config_id, emit_args

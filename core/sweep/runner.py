@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from core.errors import BadInput, RunFailed
+from core.errors import BadInput
 from core.results.store import StudyStore
 from core.serve import process as proc_mod
 from core.serve.engines import Server, launch
