@@ -147,7 +147,11 @@ def launch(
 
 
 def detect_gpus() -> list[int]:
-    """Device indices NVML sees (empty without NVIDIA GPUs or without pynvml)."""
+    """NVIDIA device indices on this machine (empty without NVIDIA GPUs).
+
+    NVML through ``pynvml`` (nvidia-ml-py, optional) first; without it, ``nvidia-smi -L``,
+    then the driver's ``/proc/driver/nvidia/gpus`` entries — a GPU box that merely lacks
+    the Python binding must not be mistaken for a CPU-only one (that would simulate)."""
     try:
         import pynvml  # optional: nvidia-ml-py
 
@@ -157,4 +161,19 @@ def detect_gpus() -> list[int]:
         finally:
             pynvml.nvmlShutdown()
     except Exception:
+        pass
+    import shutil
+    import subprocess
+
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+            n = sum(1 for ln in out.splitlines() if ln.startswith("GPU "))
+            if n:
+                return list(range(n))
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    try:
+        return list(range(len(list(Path("/proc/driver/nvidia/gpus").iterdir()))))
+    except OSError:
         return []
