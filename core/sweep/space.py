@@ -212,7 +212,44 @@ SWEEP_FILE_KEYS = {
 
 
 def read_sweep_file(path: str | Path) -> dict[str, Any]:
-    """Read a sweep file into keyword arguments for :func:`core.sweep.build_spec`."""
+    """Read a sweep file into keyword arguments for :func:`core.sweep.build_spec`.
+
+    knee's sweep file (TOML; every key optional except ``model``; flags override it)::
+
+        model = "Qwen/Qwen3-4B"
+        framework = "vllm"
+        instance = "ml.g6.12xlarge"          # or gpu = "L4" + num_gpus = 4
+        constraints = "ttft:p95<500ms;e2e_latency:p99<60s"
+        strategy = "adaptive"                # grid | adaptive | sla
+        objective = "throughput"             # throughput_per_gpu | goodput | latency | cost
+        input_len = 1024                     # when the client table does not say
+        output_len = 512
+        early_stop = false
+
+        [engine]                             # how servers start (EngineSpec fields)
+        kind = "vllm"                        # vllm | sglang | custom | external | sim
+        python = ".venv-vllm/bin/python"     # or executable / command / container / url
+        env = { VLLM_CPU_KVCACHE_SPACE = "1" }
+        gpus = [0, 1, 2, 3]
+        start_timeout_s = 900
+
+        [server]                             # a list = values to sweep; a scalar = fixed
+        tensor_parallel_size = [1, 2, 4]
+        max_num_batched_tokens = "range(4096, 16385, 4096)"   # strings use the grammar
+        "tensor_parallel_size*data_parallel_size" = [[1, 4], [2, 2]]  # composites
+        enable_prefix_caching = false        # emitted as --no-enable-prefix-caching
+
+        [client]                             # llm-optimizer's client arg names (strict)
+        max_concurrency = [32, 64, 128]
+        num_prompts = 1000
+        dataset_name = "random"
+
+        [sla]                                # strategy = "sla"
+        knob = "max_concurrency"             # or request_rate
+        min = 1
+        max = 4096
+        tolerance = 0.05
+    """
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
