@@ -177,7 +177,12 @@ def _toml_sets(table: dict[str, Any], side: str) -> list[ArgSet]:
 
     known = CLIENT_ARG_TYPES if side == "client" else VLLM_ARG_TYPES
     sets = []
+    seen: set[str] = set()
     for raw_name, value in table.items():
+        for n in raw_name.split("*"):
+            if normalize_name(n) in seen:
+                raise BadInput(f"{side} arg {normalize_name(n)!r} is given twice in the sweep file")
+            seen.add(normalize_name(n))
         if isinstance(value, str):
             sets.append(parse_part(f"{raw_name}={value}", known, side == "client", side))
             continue
@@ -236,7 +241,7 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
         [server]                             # a list = values to sweep; a scalar = fixed
         tensor_parallel_size = [1, 2, 4]
         max_num_batched_tokens = "range(4096, 16385, 4096)"   # strings use the grammar
-        "tensor_parallel_size*data_parallel_size" = [[1, 4], [2, 2]]  # composites
+        # "tensor_parallel_size*data_parallel_size" = [[1, 4], [2, 2]]  (a composite)
         enable_prefix_caching = false        # emitted as --no-enable-prefix-caching
 
         [client]                             # llm-optimizer's client arg names (strict)
