@@ -151,7 +151,7 @@ async def test_starting_a_sim_sweep_and_watching_rows_arrive(tmp_path):
 async def test_choosing_a_pareto_point_sends_it_to_deploy(demo_storage):
     app = make_app(demo_sweep_plan(), storage=demo_storage, study=DEMO_STUDY)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("4")
+        await pilot.press("f4")
         screen = app.screen
         await wait_until(pilot, lambda: screen.view is not None)
         await settle(pilot)
@@ -171,7 +171,7 @@ async def test_choosing_a_pareto_point_sends_it_to_deploy(demo_storage):
 async def test_deploy_preview_and_cancelling_the_confirmation(demo_storage):
     app = make_app(demo_sweep_plan(), storage=demo_storage, study=DEMO_STUDY)
     async with app.run_test(size=(120, 36)) as pilot:
-        await pilot.press("4")
+        await pilot.press("f4")
         await wait_until(pilot, lambda: app.screen.view is not None)
         await pilot.press("d")
         await wait_until(pilot, lambda: getattr(app.screen, "plan", None) is not None)

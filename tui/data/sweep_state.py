@@ -119,59 +119,84 @@ def trial_row(t: TrialRow) -> RowView:
 
 
 class SweepFollower:
-    """Reads one study's progress from its store. Call :meth:`poll` from a worker thread."""
+    """Reads one study's progress from its store. Call :meth:`poll` from a worker thread.
 
-    def __init__(self, store: StudyStore, study: str) -> None:
+    Rows arrive from the event stream as they happen (a finished point's event carries its
+    throughput, p99 E2E and SLO verdict); a full re-read of the stored trials and points,
+    which fills in the other percentiles, runs at most every ``full_read_s`` because it
+    costs time proportional to the whole study (a third of a second for 1,000 points).
+    """
+
+    def __init__(self, store: StudyStore, study: str, full_read_s: float = 2.0) -> None:
         self.store = store
         self.study = study
+        self.full_read_s = full_read_s
         self._seq = 0
         self._tok_s: deque[float] = deque(maxlen=SPARK_LEN)
         self._live = LiveView()
         self._meta: dict[str, Any] = {}
         self._events: dict[int, deque[str]] = {}
+        self._rows: dict[str, RowView] = {}
+        self._trial_args: dict[int, str] = {}
+        self._trial_points: dict[int, int] = {}
+        self._log_paths: dict[int, str] = {}
+        self._stale = True  # the stored rows hold more than the events told
+        self._last_full = -1e9
         self._snapshot: SweepSnapshot | None = None
 
     def poll(self) -> SweepSnapshot | None:
         """A new snapshot when something changed since the last call, else None."""
+        import time
+
         from core.sweep import runner_alive
 
         events = self.store.events(self.study, after=self._seq)
         study = self.store.study(self.study) or {}
         alive = runner_alive(study) if study else False
         status = study.get("status", "unknown")
-        prev = self._snapshot
-        if not events and prev is not None and prev.status == status and prev.runner_alive == alive:
-            return None
-        reread = prev is None or any(e.kind != "progress" for e in events)
         for e in events:
             self._seq = e.seq
             self._apply(e.kind, e.data)
-        if reread or prev is None:
-            trials = self.store.trials(self.study)
-            points = self.store.points(self.study)
-            rows = self._rows(trials, points)
-            log_paths = {t.trial_id: t.log_path for t in trials if t.log_path}
-        else:
-            rows, log_paths = prev.rows, prev.log_paths
+        now = time.monotonic()
+        prev = self._snapshot
+        ended = status != "running" or not alive
+        full = self._stale and (prev is None or ended or now - self._last_full >= self.full_read_s)
+        if not events and not full and prev is not None and prev.status == status and prev.runner_alive == alive:
+            return None
+        if full:
+            self._full_read()
+            self._last_full = now
+        info = study.get("info", {})
         self._snapshot = SweepSnapshot(
             study=self.study,
             status=status,
             runner_alive=alive,
             model=study.get("model", ""),
-            engine=self._meta.get("engine", study.get("info", {}).get("engine", "")),
-            simulated=bool(self._meta.get("simulated", study.get("info", {}).get("engine") == "sim")),
+            engine=self._meta.get("engine", info.get("engine", "")),
+            simulated=bool(self._meta.get("simulated", info.get("engine") == "sim")),
             planned_trials=int(self._meta.get("planned_trials", 0)),
             planned_points=int(self._meta.get("planned_points", 0)),
-            rows=rows,
+            rows=tuple(self._rows.values()),
             live=self._live,
             last_seq=self._seq,
-            log_paths=log_paths,
+            log_paths=dict(self._log_paths),
             events_per_trial={k: tuple(v) for k, v in self._events.items()},
         )
         return self._snapshot
 
+    def _full_read(self) -> None:
+        trials = self.store.trials(self.study)
+        points = self.store.points(self.study)
+        self._rows = {r.key: r for r in self._stored_rows(trials, points)}
+        self._log_paths = {t.trial_id: t.log_path for t in trials if t.log_path}
+        self._trial_args.update({t.trial_id: _args(t.server_args) for t in trials})
+        self._trial_points = {}
+        for p in points:
+            self._trial_points[p.trial_id] = self._trial_points.get(p.trial_id, 0) + 1
+        self._stale = False
+
     @staticmethod
-    def _rows(trials: list[TrialRow], points: list[PointRow]) -> tuple[RowView, ...]:
+    def _stored_rows(trials: list[TrialRow], points: list[PointRow]) -> list[RowView]:
         by_trial: dict[int, list[PointRow]] = {}
         for p in points:
             by_trial.setdefault(p.trial_id, []).append(p)
@@ -183,7 +208,12 @@ class SweepFollower:
             # running (the next load point is being measured) or when it ended badly.
             if not pts or t.status in ("running", "failed", "skipped", "interrupted"):
                 rows.append(trial_row(t))
-        return tuple(rows)
+        return rows
+
+    def _trial_line(self, tid: int, status: str, reason: str = "") -> None:
+        key = f"trial-{tid}"
+        self._rows[key] = RowView(key=key, trial_id=tid, status=status, server_args=self._trial_args.get(tid, ""),
+                                  load="", reason=reason.split("\n")[0])
 
     def _apply(self, kind: str, data: dict[str, Any]) -> None:
         tid = data.get("trial_id")
@@ -196,27 +226,73 @@ class SweepFollower:
             elif data.get("load"):
                 line += f" {data['load']}"
             self._events.setdefault(tid, deque(maxlen=200)).append(line)
-        if kind == "progress":
-            tps = data.get("output_tokens_per_s")
-            if isinstance(tps, (int, float)):
-                self._tok_s.append(float(tps))
-            running = data.get("server_running", data.get("running"))
-            self._live = LiveView(
-                trial_id=tid,
-                load=data.get("load", self._live.load),
-                completed=int(data.get("completed") or 0),
-                total=int(data.get("total") or self._live.total or 0),
-                failed=int(data.get("failed") or 0),
-                running=int(running) if isinstance(running, (int, float)) else None,
-                waiting=int(data["server_waiting"]) if isinstance(data.get("server_waiting"), (int, float)) else None,
-                kv_usage=data.get("kv_cache_usage") if isinstance(data.get("kv_cache_usage"), (int, float)) else None,
-                gpu_memory=str(data.get("gpu_memory", "")),
-                tokens_per_s=tuple(self._tok_s),
-            )
+        if kind == "trial_started":
+            self._trial_args[tid] = _args(data.get("server_args") or {})
+            if data.get("log_path"):
+                self._log_paths[tid] = data["log_path"]
+            self._trial_line(tid, "running")
+        elif kind in ("trial_failed", "point_skipped"):
+            if data.get("server_args") is not None:
+                self._trial_args.setdefault(tid, _args(data["server_args"]))
+            self._trial_line(tid, "failed" if kind == "trial_failed" else "skipped", str(data.get("reason") or ""))
+            self._stale = True
+        elif kind == "trial_done":
+            if self._trial_points.get(tid):
+                self._rows.pop(f"trial-{tid}", None)
+            else:
+                self._trial_line(tid, str(data.get("status") or "ok"))
+            self._stale = True
         elif kind == "point_done":
-            tps = data.get("output_throughput")
-            if isinstance(tps, (int, float)):
-                self._tok_s.append(float(tps))
-            self._live = LiveView(trial_id=tid, load=data.get("load", ""), completed=int(data.get("completed") or 0),
-                                  total=int(data.get("completed") or 0) + int(data.get("failed") or 0),
-                                  failed=int(data.get("failed") or 0), tokens_per_s=tuple(self._tok_s))
+            self._point_done(tid, data)
+        elif kind == "progress":
+            self._progress(tid, data)
+
+    def _point_done(self, tid: int, data: dict[str, Any]) -> None:
+        key = data.get("point_id") or f"point-{self._seq}"
+        status = str(data.get("status") or "ok")
+        violations = data.get("violations") or []
+        self._rows[key] = RowView(
+            key=key,
+            trial_id=tid,
+            status=status,
+            server_args=self._trial_args.get(tid, ""),
+            load=_load(data.get("client_args") or {}) or str(data.get("load", "")),
+            e2e_p99=data.get("p99_e2el_ms"),
+            req_s=data.get("request_throughput"),
+            tok_s=data.get("output_throughput"),
+            slo=data.get("meets_slo") if status == "ok" else None,
+            reason=str(data.get("reason") or "; ".join(violations)).split("\n")[0],
+            simulated=bool(data.get("simulated")),
+        )
+        self._trial_points[tid] = self._trial_points.get(tid, 0) + 1
+        self._stale = True  # the stored point has the TTFT and ITL percentiles too
+        tps = data.get("output_throughput")
+        if isinstance(tps, (int, float)):
+            self._tok_s.append(float(tps))
+        done = int(data.get("completed") or 0)
+        failed = int(data.get("failed") or 0)
+        self._live = LiveView(trial_id=tid, load=str(data.get("load", "")), completed=done, total=done + failed,
+                              failed=failed, tokens_per_s=tuple(self._tok_s))
+
+    def _progress(self, tid: int | None, data: dict[str, Any]) -> None:
+        def num(key: str) -> int | None:
+            v = data.get(key)
+            return int(v) if isinstance(v, (int, float)) else None
+
+        tps = data.get("output_tokens_per_s")
+        if isinstance(tps, (int, float)):
+            self._tok_s.append(float(tps))
+        running = num("server_running")
+        kv = data.get("kv_cache_usage")
+        self._live = LiveView(
+            trial_id=tid,
+            load=str(data.get("load", self._live.load)),
+            completed=num("completed") or 0,
+            total=num("total") or self._live.total,
+            failed=num("failed") or 0,
+            running=running if running is not None else num("running"),
+            waiting=num("server_waiting"),
+            kv_usage=float(kv) if isinstance(kv, (int, float)) else None,
+            gpu_memory=str(data.get("gpu_memory") or ""),
+            tokens_per_s=tuple(self._tok_s),
+        )

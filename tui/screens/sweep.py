@@ -37,7 +37,6 @@ class SweepScreen(KneeScreen):
     def __init__(self) -> None:
         super().__init__()
         self.follow_newest = True
-        self._auto_key: str | None = None  # the row the screen moved the cursor to itself
 
     # ---- accessors ----------------------------------------------------------------------
     @property
@@ -83,7 +82,6 @@ class SweepScreen(KneeScreen):
         if self.follow_newest and self.table.row_count:
             newest = self._newest_key(snap)
             if newest is not None:
-                self._auto_key = newest
                 self.table.move_cursor(row=self.table.get_row_index(newest), scroll=True)
         self._show_log()
 
@@ -93,10 +91,12 @@ class SweepScreen(KneeScreen):
         rows = running or list(snap.rows)
         return rows[-1].key if rows else None
 
+    @on(TrialTable.UserMoved)
+    def _user_moved(self) -> None:
+        self.follow_newest = False  # stop jumping to the newest row until f
+
     @on(DataTable.RowHighlighted, "#trials")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if event.row_key.value != self._auto_key:
-            self.follow_newest = False  # the user moved: stop jumping to the newest row
+    def _highlighted(self, _event: DataTable.RowHighlighted) -> None:
         self._show_log()
 
     def _show_log(self) -> None:

@@ -4,6 +4,8 @@ point), updated in place by row key so a live sweep never rebuilds the table."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
+from textual.message import Message
 from textual.widgets import DataTable
 
 from tui.data.sweep_state import RowView
@@ -42,6 +44,41 @@ class TrialTable(DataTable):
     DEFAULT_CSS = """
     TrialTable { height: 1fr; }
     """
+
+    class UserMoved(Message):
+        """The user moved the cursor (keys or mouse), as opposed to the screen following
+        the newest row; the Sweep screen stops following then."""
+
+    def _user_moved(self) -> None:
+        self.post_message(self.UserMoved())
+
+    def action_cursor_up(self) -> None:
+        super().action_cursor_up()
+        self._user_moved()
+
+    def action_cursor_down(self) -> None:
+        super().action_cursor_down()
+        self._user_moved()
+
+    def action_page_up(self) -> None:
+        super().action_page_up()
+        self._user_moved()
+
+    def action_page_down(self) -> None:
+        super().action_page_down()
+        self._user_moved()
+
+    def action_scroll_home(self) -> None:
+        super().action_scroll_home()
+        self._user_moved()
+
+    def action_scroll_top(self) -> None:
+        super().action_scroll_top()
+        self._user_moved()
+
+    async def _on_click(self, event: events.Click) -> None:
+        await super()._on_click(event)
+        self._user_moved()
 
     def __init__(self, **kw) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kw)
