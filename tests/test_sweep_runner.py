@@ -251,3 +251,20 @@ def test_adaptive_without_an_estimator_uses_optuna_tpe(tmp_path):
     name2 = create_study(store, spec, "tpe2")
     Runner(store, name2, predictor=None).run()
     assert [t.server_args for t in store.trials(name2) if t.launches] == [t.server_args for t in ran]
+
+
+def test_study_view_rebuilds_state_from_events(tmp_path):
+    from core.sweep.view import StudyView
+
+    store = StudyStore(tmp_path / "knee.db")
+    spec = build_spec("meta-llama/Llama-3.1-70B", engine="sim", server_args="tensor_parallel_size=[1,4]", client_args="max_concurrency=[4,8];num_prompts=20", instance="ml.g6.12xlarge")
+    name = create_study(store, spec, "v")
+    view = StudyView(store, name)
+    assert view.poll() == [] and view.status == "unknown"
+    Runner(store, name).run()
+    new = view.poll()
+    assert new and view.finished and view.status == "done"
+    assert view.trials[0].status == "failed" and view.trials[0].reason.startswith("oom:")
+    assert view.trials[1].status == "ok" and view.trials[1].points_done == 2
+    assert len(view.points) == 2 and all(p["status"] == "ok" for p in view.points.values())
+    assert view.counts["points_run"] == 2 and view.poll() == []  # nothing re-read
