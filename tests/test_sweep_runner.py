@@ -257,14 +257,14 @@ def test_study_view_rebuilds_state_from_events(tmp_path):
     from core.sweep.view import StudyView
 
     store = StudyStore(tmp_path / "knee.db")
-    spec = build_spec("meta-llama/Llama-3.1-70B", engine="sim", server_args="tensor_parallel_size=[1,4]", client_args="max_concurrency=[4,8];num_prompts=20", instance="ml.g6.12xlarge")
+    spec = build_spec("Qwen/Qwen3-4B", engine="sim", server_args="tensor_parallel_size=[8,4]", client_args="max_concurrency=[4,8];num_prompts=20", instance="ml.g6.12xlarge")
     name = create_study(store, spec, "v")
     view = StudyView(store, name)
     assert view.poll() == [] and view.status == "unknown"
     Runner(store, name).run()
     new = view.poll()
     assert new and view.finished and view.status == "done"
-    assert view.trials[0].status == "failed" and view.trials[0].reason.startswith("oom:")
+    assert view.trials[0].status == "failed" and "needs 8 GPUs" in view.trials[0].reason
     assert view.trials[1].status == "ok" and view.trials[1].points_done == 2
     assert len(view.points) == 2 and all(p["status"] == "ok" for p in view.points.values())
     assert view.counts["points_run"] == 2 and view.poll() == []  # nothing re-read
