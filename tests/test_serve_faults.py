@@ -65,7 +65,7 @@ def wrapper(tmp_path):
     return w
 
 
-def custom_spec(cmd, server_args="variant=[1,2]", client_args="max_concurrency=[2];num_prompts=6;random_input_len=16;random_output_len=16", **eng):
+def custom_spec(cmd, server_args="variant=[1,2]", client_args="max_concurrency=[2];num_prompts=6;random_input_len=16;random_output_len=16;tokenizer=words", **eng):
     engine = EngineSpec(kind="custom", command=cmd, **{"start_timeout_s": 20, "stop_timeout_s": 5, **eng})
     return build_spec("cadence", engine=engine, framework=None, server_args=server_args, client_args=client_args)
 
@@ -124,7 +124,7 @@ def test_server_killed_mid_trial(tmp_path, wrapper):
             killed["done"] = True
             os.kill(killed["pid"], signal.SIGKILL)
 
-    spec = custom_spec(cmd, client_args="max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48")
+    spec = custom_spec(cmd, client_args="max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48;tokenizer=words")
     store, s, events = run(tmp_path, spec, "kill", on_event)
     trials = store.trials("kill")
     assert trials[0].status == "failed" and trials[0].reason.startswith("crashed:") and "code -9" in trials[0].reason
@@ -158,7 +158,7 @@ def _start_cli_sweep(tmp_path, wrapper, study):
         str(ROOT / ".venv" / "bin" / "knee") if (ROOT / ".venv" / "bin" / "knee").exists() else "knee", "sweep", "-q", "--model", "cadence", "--engine", "custom",
         "--server-cmd", f"{PY} {wrapper} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01",
         "--server-args", "variant=[1,2]",
-        "--client-args", "max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48",
+        "--client-args", "max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48;tokenizer=words",
         "--workspace", str(tmp_path), "--study", study,
     ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -94,20 +94,24 @@ class HttpMeasurer:
         self._tok = None
         self._prompts: dict[str, list] = {}
 
-    def _tokenizer(self, model: str):
-        if self._tok is None:
-            from core.load.datasets import load_tokenizer
+    def _tokenizer(self, ref: str):
+        # One tokenizer per reference; "words" is the load client's word-count fallback,
+        # for servers whose tokens do not matter (fakes, smoke tests) — it skips loading
+        # transformers entirely.
+        cache = self.__dict__.setdefault("_toks", {})
+        if ref not in cache:
+            from core.load.datasets import load_tokenizer, word_tokenizer
 
-            self._tok = load_tokenizer(self.tokenizer_ref or model)
-        return self._tok
+            cache[ref] = word_tokenizer("tokenizer=words: counting words instead of tokens") if ref == "words" else load_tokenizer(ref)
+        return cache[ref]
 
     def measure(self, ctx: PointContext, on_progress: ProgressFn) -> Measurement:
         from core.load.datasets import make_prompts
         from core.load.openai import OpenAITarget
         from core.load.runner import run_load_sync
 
-        tok = self._tokenizer(ctx.tokenizer or ctx.model)
-        key = ctx.workload.model_dump_json()
+        tok = self._tokenizer(ctx.tokenizer or self.tokenizer_ref or ctx.model)
+        key = ctx.workload.model_dump_json() + "|" + (ctx.tokenizer or "")
         if key not in self._prompts:
             self._prompts[key] = make_prompts(ctx.workload, tok)
         from core.sweep.converge import NOT_SENT, Convergence, EarlyStopTarget

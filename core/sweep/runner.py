@@ -379,6 +379,7 @@ class Runner:
             request_timeout_s=self.spec.engine.request_timeout_s,
             cancel=self.cancel,
             early_stop=self.spec.early_stop,
+            tokenizer=point.client_args.get("tokenizer"),
         )
         latest: dict[str, Any] = {}
         label = {"trial_id": tid, "point_id": point.point_id, "load": point.load.label, "client_args": point.client_args}
