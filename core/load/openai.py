@@ -13,11 +13,18 @@ Timing (``shared/reference/metrics.md`` §1), all ``time.perf_counter() - t0``:
 - ``chunk_times`` hold messages with non-empty ``text`` (completions) or ``delta.content`` /
   ``delta.reasoning_content`` / ``delta.reasoning`` (chat), so a role-only first chat chunk
   never fires TTFT (vllm #15106); ``first_message_time`` keeps vLLM's first-``choices`` stamp
-  for parity. ``end_time`` is t_end: ``[DONE]``, or the last message when a stream closes
+  for parity. One refinement, only with ``per_chunk_usage``: a message whose usage shows new
+  completion tokens counts as content even when its text is empty — the detokenizer held the
+  text back (a partial UTF-8 sequence, a special token), but the token was generated then.
+  Without per-chunk usage knee cannot tell such a message from a non-token one, so it follows
+  metrics.md to the letter. ``end_time`` is t_end: ``[DONE]``, or the last message when a stream closes
   cleanly after a ``finish_reason`` without it.
 
 Token counts: the request asks for ``stream_options.include_usage`` and takes OSL from
-``usage.completion_tokens`` and ISL from ``usage.prompt_tokens``. With
+``usage.completion_tokens``. ISL stays the prompt's own length in the model's tokenizer, as
+``vllm bench serve`` counts it (its ``total_input_tokens``); the server's
+``usage.prompt_tokens``, which may add a BOS or a chat template, is kept in
+``input_tokens_usage`` (the runner uses it instead when the tokenizer was only the fallback). With
 ``per_chunk_usage=True`` it also asks vLLM for ``continuous_usage_stats`` and gives each
 chunk the tokens it really carried (MTP, speculative decoding, bundled first chunks). A
 server that reports no usage leaves ``output_tokens_usage`` unset; the runner then
@@ -249,14 +256,20 @@ class SSEParser:
                 else:
                     text = c.get("text")
                     reasoning = None
-                if text or reasoning:
+                # Per-chunk usage says how many tokens this message carried; a message with
+                # new tokens but empty text (the detokenizer holding back a partial UTF-8
+                # sequence or a special token) is still a token, never a role-only chunk.
+                new_tokens = 1
+                if usage and self.per_chunk_usage:
+                    ct = int(usage.get("completion_tokens") or 0)
+                    new_tokens = ct - self.prev_ct
+                    self.prev_ct = ct
+                    is_token = new_tokens > 0 or bool(text or reasoning)
+                else:
+                    is_token = bool(text or reasoning)
+                if is_token:
                     chunk_times.append(mt)
-                    if usage and self.per_chunk_usage:
-                        ct = int(usage.get("completion_tokens") or 0)
-                        rec.chunk_tokens.append(ct - self.prev_ct)
-                        self.prev_ct = ct
-                    else:
-                        rec.chunk_tokens.append(1)
+                    rec.chunk_tokens.append(new_tokens)
                     if text:
                         self.texts.append(text)
                         if rec.first_output_time is None:
@@ -271,7 +284,7 @@ class SSEParser:
                     rec.output_tokens_usage = int(ct)
                 pt = usage.get("prompt_tokens")
                 if pt:
-                    rec.input_tokens = int(pt)
+                    rec.input_tokens_usage = int(pt)
         if buf and msg_t != self.pending_t:  # the leftover began in this read
             self.pending_t = t
         self.buf = buf

@@ -43,6 +43,9 @@ Token counts: a request without ``usage`` gets its OSL by retokenizing its joine
 content chunks, with a note. ``output_tokens_retokenized`` is filled for every request when
 ``retokenize=True`` so discrepancies with the server's count can be shown.
 
+Input tokens: each prompt's own count (``Prompt.input_tokens``, as vLLM counts it) when
+``tokenizer`` is exact; otherwise the server's ``usage.prompt_tokens`` where reported.
+
 Errors (HTTP errors, timeouts, broken or malformed streams) are per-request ``error``
 strings, counted as ``failed``; nothing a server does ends the run.
 """
@@ -364,6 +367,12 @@ async def run_load(
 
     records.sort(key=lambda r: r.index)
     notes: list[str] = []
+    # ISL: the prompt's length in the model's tokenizer (vLLM's count); the server's own count
+    # only when knee had no real tokenizer to measure the prompt with.
+    if tokenizer is None or not tokenizer.exact:
+        for r in records:
+            if r.input_tokens_usage is not None:
+                r.input_tokens = r.input_tokens_usage
     # ---- output tokens for requests without usage ---------------------------------------
     missing = [r for r in records if r.error is None and r.output_tokens_usage is None]
     if tokenizer is not None and texts:

@@ -34,6 +34,7 @@ class RequestRecord:
     wall_start_ns: int | None = None  # time.time_ns() at send, for export only
     output_tokens_usage: int | None = None  # usage.completion_tokens as the server reported it
     output_tokens_retokenized: int | None = None  # joined text through the model's tokenizer
+    input_tokens_usage: int | None = None  # usage.prompt_tokens (may include BOS / chat template)
     status: int | None = None  # HTTP status (or SageMaker's), when one arrived
 
     @property
