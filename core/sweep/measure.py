@@ -105,15 +105,22 @@ class HttpMeasurer:
             cache[ref] = word_tokenizer("tokenizer=words: counting words instead of tokens") if ref == "words" else load_tokenizer(ref)
         return cache[ref]
 
-    def measure(self, ctx: PointContext, on_progress: ProgressFn) -> Measurement:
+    def prepare(self, ctx: PointContext):
+        """Tokenizer and prompts, before the point's clock starts (loading transformers can
+        take seconds that are no part of the measurement)."""
         from core.load.datasets import make_prompts
-        from core.load.openai import OpenAITarget
-        from core.load.runner import run_load_sync
 
         tok = self._tokenizer(ctx.tokenizer or self.tokenizer_ref or ctx.model)
         key = ctx.workload.model_dump_json() + "|" + (ctx.tokenizer or "")
         if key not in self._prompts:
             self._prompts[key] = make_prompts(ctx.workload, tok)
+        return tok, self._prompts[key]
+
+    def measure(self, ctx: PointContext, on_progress: ProgressFn) -> Measurement:
+        from core.load.openai import OpenAITarget
+        from core.load.runner import run_load_sync
+
+        tok, prompts = self.prepare(ctx)
         from core.sweep.converge import NOT_SENT, Convergence, EarlyStopTarget
 
         inner = OpenAITarget(ctx.base_url, ctx.model, api=ctx.api, api_key=ctx.api_key, timeout_s=ctx.request_timeout_s)
@@ -127,7 +134,7 @@ class HttpMeasurer:
                 "output_tokens_per_s": p.output_tokens_per_s, "warmup": p.warmup,
             })
 
-        res = run_load_sync(target, self._prompts[key], ctx.load, warmup=ctx.workload.warmup, on_progress=progress, tokenizer=tok if tok.exact else None, seed=ctx.workload.seed)
+        res = run_load_sync(target, prompts, ctx.load, warmup=ctx.workload.warmup, on_progress=progress, tokenizer=tok if tok.exact else None, seed=ctx.workload.seed)
         records = [r for r in res.records if not (r.error and NOT_SENT in r.error)]
         duration = float(res.duration_s)
         extra: dict[str, Any] = {}

@@ -381,6 +381,8 @@ class Runner:
             early_stop=self.spec.early_stop,
             tokenizer=point.client_args.get("tokenizer"),
         )
+        if hasattr(self.measurer, "prepare"):
+            self.measurer.prepare(ctx)  # tokenizer and prompts: not part of the point's time
         latest: dict[str, Any] = {}
         label = {"trial_id": tid, "point_id": point.point_id, "load": point.load.label, "client_args": point.client_args}
         self.emit("progress", phase="start", total=point.workload.num_prompts, **label)
