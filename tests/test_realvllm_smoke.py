@@ -24,14 +24,17 @@ pytestmark = pytest.mark.realvllm
 def test_bad_server_argument_is_reported_as_a_crash_quickly(vllm_server_factory):
     t0 = time.monotonic()
     with pytest.raises(VllmServerError) as info:
-        vllm_server_factory(["--max-num-seqs", "not-a-number"])
+        vllm_server_factory(["--max-num-seqs", "not-a-number"], ready_timeout=600)
     elapsed = time.monotonic() - t0
     err = info.value
     assert err.returncode not in (None, 0)
     # The reason names the offending flag, so a sweep can store it as the trial's failure.
     assert "max-num-seqs" in err.reason and "invalid" in err.reason.lower(), err.reason
-    # Noticed when the process exits (argument parsing, after vLLM's imports), not at a timeout.
-    assert elapsed < 90, f"crash noticed only after {elapsed:.0f}s"
+    # Noticed because the process exited, not because the (600 s) start timeout ran out. The
+    # exit itself comes after vLLM's imports: 15 s on a quiet 2-core machine, up to a minute
+    # on a busy one, hence the loose bound.
+    assert "exited with code" in err.reason
+    assert elapsed < 300
 
 
 @pytest.mark.slow

@@ -43,11 +43,12 @@ _LIVE: set["VllmServer"] = set()
 class VllmServerError(RuntimeError):
     """The server exited or never became ready. `log_tail` holds its last log lines."""
 
-    def __init__(self, message: str, log_tail: str = "", returncode: int | None = None):
+    def __init__(self, message: str, log_tail: str = "", returncode: int | None = None, log_path: Path | None = None):
         super().__init__(f"{message}\n--- last lines of the vLLM log ---\n{log_tail}" if log_tail else message)
         self.reason = message
         self.log_tail = log_tail
         self.returncode = returncode
+        self.log_path = log_path
 
 
 @dataclass(eq=False)
@@ -218,7 +219,7 @@ def _wait_ready(server: VllmServer, timeout: float) -> None:
             tail = server.log_tail(30)
             raise VllmServerError(
                 f"vLLM exited with code {rc} during start ({time.monotonic() - t0:.1f}s): {_reason(tail)}",
-                tail, rc,
+                tail, rc, server.log_path,
             )
         try:
             with urllib.request.urlopen(req, timeout=2) as resp:
@@ -228,7 +229,7 @@ def _wait_ready(server: VllmServer, timeout: float) -> None:
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
         if time.monotonic() > deadline:
-            raise VllmServerError(f"vLLM was not ready within {timeout:.0f}s", server.log_tail(30))
+            raise VllmServerError(f"vLLM was not ready within {timeout:.0f}s", server.log_tail(30), None, server.log_path)
         time.sleep(0.2)
 
 
