@@ -3,11 +3,13 @@
 Fixtures (real-vLLM tier; mark such tests `@pytest.mark.realvllm`):
   vllm_python            Path to .venv-vllm/bin/python (checked to exist).
   tiny_model_dir         Path of the tiny local Llama (built on first use, then cached).
-  real_vllm              one session-wide server (tests.support.vllm_server.VllmServer):
+  real_vllm              one session-wide server (support.vllm_server.VllmServer):
                          .url .api_key .model_dir .model_name .log_path .pid .port .headers
-                         .log_tail() .alive() .startup_s
+                         .log_tail() .alive() .startup_s .args; started on first use.
   vllm_server_factory    start(extra_args=(), **kw) -> VllmServer for servers with other
-                         arguments; every server it started is stopped after the test.
+                         arguments (kw as for support.vllm_server.start_vllm_server, e.g.
+                         ready_timeout, enforce_eager, env); each is stopped after the test.
+  vLLM's own benchmark:  support.vllm_bench.run_vllm_bench / sample_vllm_requests.
 
 Tiers (markers realvllm, moto, tmux): a test of a tier whose environment is missing is
 skipped with the reason, or fails when CI=true for realvllm (CI installs it, so missing means
