@@ -45,6 +45,7 @@ once and are recorded with their error.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -184,7 +185,7 @@ def scheduler_generation(config: ServerConfig, engine: str, engine_version: str 
 class _Sim:
     """The client, the router and the replicas of one load point."""
 
-    def __init__(self, reqs: Requests, replicas: list[Replica], cost: CostModel, max_len: int, router: str):
+    def __init__(self, reqs: Requests, replicas: list[Replica], cost, max_len: int, router: str):
         self.reqs = reqs
         self.replicas = replicas
         self.api_s = cost.request_overhead_s
@@ -387,6 +388,8 @@ def simulate(
     request_timeout_s: float | None = None,
     grace_s: float = 30.0,
     sample_interval_s: float | None = None,
+    cost=None,
+    kv_tokens: int | None = None,
 ) -> SimResult:
     """Simulate one load point of ``workload`` on ``config`` (see the module docstring).
 
@@ -399,11 +402,16 @@ def simulate(
     long after it was sent (the engine aborts it, freeing its KV cache; it is recorded as
     failed), as the real client does with its timeout.
     ``sample_interval_s``: spacing of the time series (default: about 500 samples).
+    ``cost``: prices the steps instead of the estimator's cost model (anything with its
+    ``step_seconds``, ``request_overhead_s`` and ``output_token_overhead_s``, e.g. a fitted
+    :class:`core.simulate.profiles.StepProfile` for a CPU host); ``kv_tokens``: the KV
+    cache per replica when it is set directly rather than planned (vLLM on CPU).
     Raises :class:`InfeasibleConfig` where a real vLLM would not start.
     """
     return simulate_detailed(
         arch, hardware, config, workload, load, seed, engine=engine, engine_version=engine_version,
         router=router, request_timeout_s=request_timeout_s, grace_s=grace_s, sample_interval_s=sample_interval_s,
+        cost=cost, kv_tokens=kv_tokens,
     )[0]
 
 
@@ -421,6 +429,8 @@ def simulate_detailed(
     request_timeout_s: float | None = None,
     grace_s: float = 30.0,
     sample_interval_s: float | None = None,
+    cost=None,
+    kv_tokens: int | None = None,
 ) -> tuple[SimResult, list[Replica], Requests]:
     """:func:`simulate`, also returning the replicas and the per-request state (for tests
     and diagnostics)."""
@@ -428,7 +438,12 @@ def simulate_detailed(
         raise BadInput(f"unknown router {router!r}", f"use one of {', '.join(ROUTERS)}")
     arch = _apply_quantization(arch, config)
     mem = check_config(arch, hardware, config)
-    cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
+    if kv_tokens is not None:
+        if kv_tokens < BLOCK:
+            raise BadInput(f"kv_tokens must hold one block ({BLOCK} tokens) at least, got {kv_tokens}")
+        mem = dataclasses.replace(mem, kv_tokens=int(kv_tokens) // BLOCK * BLOCK)
+    if cost is None:
+        cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
 
     # The dataset, drawn exactly as the load generator's make_prompts draws it (same seed,
     # same order), so a simulated load point asks for the same lengths as the real one.

