@@ -11,6 +11,7 @@ It never writes: closing the app, or losing the terminal, leaves the runner alon
 from __future__ import annotations
 
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +125,8 @@ class SweepFollower:
     Rows arrive from the event stream as they happen (a finished point's event carries its
     throughput, p99 E2E and SLO verdict); a full re-read of the stored trials and points,
     which fills in the other percentiles, runs at most every ``full_read_s`` because it
-    costs time proportional to the whole study (a third of a second for 1,000 points).
+    costs time proportional to the whole study (a third of a second for 1,000 points), and
+    runs on a thread of its own so the event-driven updates keep flowing meanwhile.
     """
 
     def __init__(self, store: StudyStore, study: str, full_read_s: float = 2.0) -> None:
@@ -139,10 +141,17 @@ class SweepFollower:
         self._rows: dict[str, RowView] = {}
         self._trial_args: dict[int, str] = {}
         self._trial_points: dict[int, int] = {}
+        self._finished: set[int] = set()  # trials whose trial_done event was seen
         self._log_paths: dict[int, str] = {}
         self._stale = True  # the stored rows hold more than the events told
         self._last_full = -1e9
+        self._reading: Future | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._snapshot: SweepSnapshot | None = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def poll(self) -> SweepSnapshot | None:
         """A new snapshot when something changed since the last call, else None."""
@@ -150,8 +159,10 @@ class SweepFollower:
 
         from core.sweep import runner_alive
 
-        events = self.store.events(self.study, after=self._seq)
+        # The study row first, then the events: a status of "done" then comes with every
+        # event the runner wrote before it.
         study = self.store.study(self.study) or {}
+        events = self.store.events(self.study, after=self._seq)
         alive = runner_alive(study) if study else False
         status = study.get("status", "unknown")
         for e in events:
@@ -160,12 +171,24 @@ class SweepFollower:
         now = time.monotonic()
         prev = self._snapshot
         ended = status != "running" or not alive
-        full = self._stale and (prev is None or ended or now - self._last_full >= self.full_read_s)
-        if not events and not full and prev is not None and prev.status == status and prev.runner_alive == alive:
-            return None
-        if full:
-            self._full_read()
+        merged = False
+        if prev is None:
+            self._merge(self._read_stored())  # the first view is complete
+            self._stale = False
             self._last_full = now
+            merged = True
+        elif self._reading is not None and self._reading.done():
+            self._merge(self._reading.result())
+            self._reading = None
+            merged = True
+        elif self._stale and self._reading is None and (ended or now - self._last_full >= self.full_read_s):
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="knee-store-read")
+            self._stale = False  # events arriving from now on set it again
+            self._reading = self._pool.submit(self._read_stored)
+            self._last_full = now
+        if not events and not merged and prev is not None and prev.status == status and prev.runner_alive == alive:
+            return None
         info = study.get("info", {})
         self._snapshot = SweepSnapshot(
             study=self.study,
@@ -184,16 +207,33 @@ class SweepFollower:
         )
         return self._snapshot
 
-    def _full_read(self) -> None:
+    def _read_stored(self) -> tuple[list[RowView], list[TrialRow], dict[int, int]]:
         trials = self.store.trials(self.study)
         points = self.store.points(self.study)
-        self._rows = {r.key: r for r in self._stored_rows(trials, points)}
-        self._log_paths = {t.trial_id: t.log_path for t in trials if t.log_path}
-        self._trial_args.update({t.trial_id: _args(t.server_args) for t in trials})
-        self._trial_points = {}
+        counts: dict[int, int] = {}
         for p in points:
-            self._trial_points[p.trial_id] = self._trial_points.get(p.trial_id, 0) + 1
-        self._stale = False
+            counts[p.trial_id] = counts.get(p.trial_id, 0) + 1
+        return self._stored_rows(trials, points), trials, counts
+
+    def _merge(self, stored: tuple[list[RowView], list[TrialRow], dict[int, int]]) -> None:
+        """Stored rows win for points (they carry every percentile); rows the events added
+        after the read started are kept, and so are newer trial lines."""
+        rows, trials, counts = stored
+        # A read that started before a trial finished still has its "running" line.
+        new = {r.key: r for r in rows
+               if not (r.key.startswith("trial-") and r.trial_id in self._finished and r.status == "running")}
+        for key, row in self._rows.items():
+            if key.startswith("trial-"):
+                finished_with_points = counts.get(row.trial_id) and row.status in ("ok", "running") and key not in new
+                if key in new or not finished_with_points:
+                    new[key] = row
+            elif key not in new:
+                new[key] = row
+        self._rows = new
+        self._log_paths.update({t.trial_id: t.log_path for t in trials if t.log_path})
+        self._trial_args.update({t.trial_id: _args(t.server_args) for t in trials})
+        for tid, n in counts.items():
+            self._trial_points[tid] = max(n, self._trial_points.get(tid, 0))
 
     @staticmethod
     def _stored_rows(trials: list[TrialRow], points: list[PointRow]) -> list[RowView]:
@@ -237,6 +277,7 @@ class SweepFollower:
             self._trial_line(tid, "failed" if kind == "trial_failed" else "skipped", str(data.get("reason") or ""))
             self._stale = True
         elif kind == "trial_done":
+            self._finished.add(tid)
             if self._trial_points.get(tid):
                 self._rows.pop(f"trial-{tid}", None)
             else:

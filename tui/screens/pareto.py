@@ -5,6 +5,7 @@ lines and predictions; the highlighted point's full configuration, sent to Deplo
 from __future__ import annotations
 
 import json
+import time
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -23,6 +24,7 @@ from tui.widgets.pareto_plot import ParetoPlot
 from tui.widgets.point_table import PointTable
 
 METRIC_KEYS = [k for k, _ in METRICS]
+RELOAD_S = 2.0
 
 
 class ParetoScreen(KneeScreen):
@@ -41,6 +43,9 @@ class ParetoScreen(KneeScreen):
         self._preset = 0
         self._loaded: StudyLoaded | None = None
         self._done_seen: tuple[str, int] | None = None
+        self._pending: str | None = None  # a study whose stored points changed since the last load
+        self._last_load = -1e9
+        self._predicted: dict = {}  # point id -> predicted PointRow (points never change once stored)
         self.view: ParetoView | None = None
 
     # ---- accessors ----------------------------------------------------------------------
@@ -68,6 +73,10 @@ class ParetoScreen(KneeScreen):
 
     def on_mount(self) -> None:
         self.watch(self.knee, "sweep", self._sweep_changed)
+        self.set_interval(RELOAD_S / 2, self._maybe_load)
+
+    def on_screen_resume(self) -> None:
+        self._maybe_load()
 
     def on_resize(self) -> None:
         # Side by side when there is room, stacked on an 80-column terminal.
@@ -79,12 +88,29 @@ class ParetoScreen(KneeScreen):
             return
         seen = (snap.study, snap.done_points)
         if seen != self._done_seen:  # reread only when a point landed
+            if self._done_seen is not None and self._done_seen[0] != snap.study:
+                self._predicted = {}
             self._done_seen = seen
             self.mode_bar.set_status(f"{snap.study} · {snap.done_points} points")
-            self.load(snap.study)
+            self._pending = snap.study
+            self._maybe_load()
+
+    def _maybe_load(self) -> None:
+        """Load the pending study when this screen is shown, at most every ``RELOAD_S``:
+        reading a large study costs far more than a live sweep adds between two reads."""
+        if self._pending is None or not self.is_current:
+            return
+        if any(w.group == "pareto-load" and w.is_running for w in self.app.workers):
+            return
+        now = time.monotonic()
+        if self._loaded is not None and now - self._last_load < RELOAD_S:
+            return
+        self._last_load = now
+        study, self._pending = self._pending, None
+        self.load(study, set(self._predicted))
 
     @work(thread=True, exclusive=True, group="pareto-load", exit_on_error=False)
-    def load(self, study: str) -> None:
+    def load(self, study: str, known: set[str]) -> None:
         store = self.knee.sweep_control.store
         row = store.study(study) or {}
         points = store.points(study)
@@ -95,12 +121,15 @@ class ParetoScreen(KneeScreen):
         info = row.get("info", {})
         predicted = {}
         if spec is not None:
-            predicted = predictions(points, spec.model, spec.instance, spec.gpu, spec.num_gpus, spec)
+            fresh = [p for p in points if p.point_id not in known]
+            predicted = predictions(fresh, spec.model, spec.instance, spec.gpu, spec.num_gpus, spec)
         self.post_message(StudyLoaded(study, points, predicted, {**info, "model": row.get("model", "")},
                                       spec.constraints if spec else ""))
 
     @on(StudyLoaded)
     def _loaded_study(self, message: StudyLoaded) -> None:
+        self._predicted.update(message.predicted)
+        message.predicted = {k: v for k, v in self._predicted.items() if k in {p.point_id for p in message.points}}
         self._loaded = message
         self.add_class("-loaded")
         self.refresh_view()
