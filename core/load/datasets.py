@@ -208,11 +208,11 @@ def _window(tok: Tokenizer, ids: np.ndarray, start: int, length: int, lead: str 
 def random_prompts(
     tok: Tokenizer, input: LengthDist, output: LengthDist, n: int, seed: int = 0, prefix: str = ""
 ) -> list[Prompt]:
-    rng = np.random.default_rng(seed)
+    # One generator per quantity, so the first k prompts are the same whatever n is.
     ids = _corpus_ids(tok)
-    ins = sample_lengths(input, n, rng)
-    outs = sample_lengths(output, n, rng)
-    starts = rng.integers(0, len(ids), size=n)
+    ins = sample_lengths(input, n, np.random.default_rng([seed, 0]))
+    outs = sample_lengths(output, n, np.random.default_rng([seed, 1]))
+    starts = np.random.default_rng([seed, 2]).integers(0, len(ids), size=n)
     prompts = []
     for i in range(n):
         lead = f"{prefix}{i % 10000:04d} "
