@@ -268,3 +268,16 @@ def test_study_view_rebuilds_state_from_events(tmp_path):
     assert view.trials[1].status == "ok" and view.trials[1].points_done == 2
     assert len(view.points) == 2 and all(p["status"] == "ok" for p in view.points.values())
     assert view.counts["points_run"] == 2 and view.poll() == []  # nothing re-read
+
+
+def test_one_runner_per_study(tmp_path):
+    import os
+    import socket
+
+    store = StudyStore(tmp_path / "knee.db")
+    name = create_study(store, small_spec(), "busy")
+    # A live runner (this test's parent process stands in for it) holds the study.
+    store.set_study(name, status="running", runner_pid=os.getppid(), runner_host=socket.gethostname())
+    with pytest.raises(BadInput, match="is being run by pid"):
+        Runner(store, name).run()
+    assert store.study(name)["runner_pid"] == os.getppid() and store.points(name) == []

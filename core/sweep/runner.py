@@ -168,6 +168,12 @@ class Runner:
         t0 = time.monotonic()
         old = self._install()
         try:
+            from core.sweep import runner_alive
+
+            row = self.store.study(self.study) or {}
+            if runner_alive(row) and row.get("runner_pid") != os.getpid():
+                # One runner per study: a second would measure the same points again.
+                raise BadInput(f"study {self.study!r} is being run by pid {row['runner_pid']} on {row.get('runner_host')}", "follow it with knee attach")
             self._cleanup_stale()
             self.store.claim_runner(self.study)
             strategy = make_strategy(self.spec, self.predictor)
@@ -202,7 +208,9 @@ class Runner:
             return self.summary
         except BadInput:
             # e.g. a port in use: nothing was measured for this trial; the study can resume.
-            self.store.set_study(self.study, status="interrupted", runner_pid=None)
+            row = self.store.study(self.study) or {}
+            if row.get("runner_pid") == os.getpid():
+                self.store.set_study(self.study, status="interrupted", runner_pid=None)
             raise
         except (_Interrupted, KeyboardInterrupt):
             self.cancel.set()
