@@ -13,7 +13,8 @@ order:
    token budget (``max_num_batched_tokens`` minus one token per decode): chunked prefill.
 3. **Admission.** Waiting requests join, in order, while the budget lasts, fewer than
    ``max_num_seqs`` run, and the pool has the blocks for their first chunk (no preemption
-   for a waiting request: V1 stops admitting instead). With prefix caching the shared
+   for a waiting request: V1 stops admitting instead, and admits nobody in a step that
+   had to preempt). With prefix caching the shared
    prefix's full blocks are a cache hit and are not computed again.
 4. The step's duration comes from :meth:`CostModel.step_seconds` with the five sufficient
    statistics of the batch; the clock advances; every decode and every prefill that just
@@ -286,6 +287,7 @@ class Replica:
         ds = self.dstep
         phase = self.phase
 
+        preempted_before = self.preemptions
         # 1) Decodes: one KV slot each; new blocks for those on a block boundary.
         need = phase[ds % BLOCK]
         while need > self.free:
@@ -329,7 +331,8 @@ class Replica:
             n_dec = self.n_dec  # preemption may have removed decoders
 
         waiting = self.waiting
-        if waiting and budget > 0:
+        # V1 admits no waiting request in a step that had to preempt (the pool is short).
+        if waiting and budget > 0 and self.preemptions == preempted_before:
             while waiting and budget > 0 and self.n_dec + len(self.prefilling) < self.max_seqs:
                 rid = waiting[0]
                 target = P[rid] + gen[rid]
