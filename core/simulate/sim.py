@@ -113,7 +113,9 @@ def _apply_quantization(arch: ModelArch, config: ServerConfig) -> ModelArch:
 
 
 def check_config(arch: ModelArch, hardware: Hardware, config: ServerConfig) -> MemoryPlan:
-    """The memory plan of one replica, or :class:`InfeasibleConfig` where vLLM would not start."""
+    """The memory plan of one replica, or :class:`InfeasibleConfig` where vLLM would not start.
+    The server's ``quantization`` applies (an fp8 server loads fp8 weights)."""
+    arch = _apply_quantization(arch, config)
     if config.num_gpus > hardware.num_gpus:
         raise InfeasibleConfig(
             "invalid configuration",
