@@ -43,7 +43,8 @@ class RequestRecord:
 
     @property
     def first_token_time(self) -> float | None:
-        return self.chunk_times[0] if self.chunk_times else None
+        # len(), not truthiness: simulated records carry numpy arrays here.
+        return self.chunk_times[0] if len(self.chunk_times) else None
 
     @property
     def ttft(self) -> float | None:
