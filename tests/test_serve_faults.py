@@ -225,3 +225,36 @@ def test_gpus_pinned_per_trial_and_tp_checked_against_them(tmp_path, wrapper):
     assert t2.status == "ok" and t2.gpus == [3, 5]
     assert "knee: CUDA_VISIBLE_DEVICES=3,5" in Path(t2.log_path).read_text()
     assert t4.status == "failed" and t4.reason.startswith("infeasible: needs 4 GPUs, 3 available") and t4.launches == 0
+
+
+def test_parallel_trials_on_disjoint_gpus(tmp_path, wrapper):
+    """--parallel: trials run side by side in worker processes, each on GPUs no other running
+    trial holds; a trial needing more GPUs than exist fails as infeasible; all is stored."""
+    cmd = f"{PY} {wrapper} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01"
+    spec = custom_spec(
+        cmd,
+        server_args="variant=[1,2,3];tensor_parallel_size=[1,2,8]",
+        client_args="max_concurrency=[2];num_prompts=8;random_input_len=16;random_output_len=32;tokenizer=words",
+        gpus=[0, 1, 2, 3],
+    ).model_copy(update={"parallel": True})
+    store, s, events = run(tmp_path, spec, "par")
+    trials = store.trials("par")
+    ok = [t for t in trials if t.status == "ok"]
+    bad = [t for t in trials if t.status == "failed"]
+    assert len(ok) == 6 and len(bad) == 3 and all("needs 8 GPUs" in t.reason for t in bad)
+    assert s.launches == 6 and len([p for p in store.points("par") if p.status == "ok"]) == 6
+    # Intervals from the relayed events: overlapping trials never share a GPU.
+    start = {d["trial_id"]: (t, d["gpus"]) for t, k, d in events if k == "trial_started" and d.get("gpus")}
+    end = {d["trial_id"]: t for t, k, d in events if k in ("trial_done", "trial_failed")}
+    spans = [(start[i][0], end[i], set(start[i][1])) for i in start if i in end]
+    overlaps = 0
+    for i, a in enumerate(spans):
+        for b in spans[i + 1 :]:
+            if a[0] < b[1] and b[0] < a[1]:
+                overlaps += 1
+                assert not (a[2] & b[2]), "two running trials shared a GPU"
+    assert overlaps > 0, "nothing ran side by side"
+    for t in ok:
+        assert f"CUDA_VISIBLE_DEVICES={','.join(map(str, t.gpus))}" in Path(t.log_path).read_text()
+    assert [k for _, k, _ in events][-1] == "study_done"
+    assert wait_gone("par") == []

@@ -82,6 +82,7 @@ class SweepSpec(BaseModel):
     sla_tolerance: float = 0.05
     warmup: int = 1
     early_stop: bool = False  # end a load point once its metrics converge (real engines)
+    parallel: bool = False  # grid: run trials side by side on disjoint GPUs
     max_error_fraction: float = Field(default=0.5, ge=0, le=1)  # "too many errors" above this
     seed: int = 0
     rest_s: float = 0.0  # pause between server launches

@@ -111,7 +111,14 @@ class Runner:
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         workspace: str | os.PathLike | None = None,
         install_signals: bool = True,
+        worker_trial: str | None = None,
+        worker_gpus: list[int] | None = None,
     ):
+        # worker_trial/worker_gpus: this process is one of the parallel workers a coordinator
+        # started (``--parallel``); it runs that one trial on those GPUs and nothing else.
+        self.worker_trial = worker_trial
+        self.worker_gpus = worker_gpus
+        self._events_via_store = False  # the coordinator relays events by reading the store
         self.store = store
         self.study = study
         self.spec = store.spec(study)
@@ -121,6 +128,7 @@ class Runner:
             predictor = default_predictor(self.spec) if self.spec.strategy in ("adaptive", "sla") else None
         self.predictor = predictor
         self.on_event = on_event
+        self.workspace = workspace
         base = Path(workspace) if workspace else (store.path.parent if store.path else Path(".knee"))
         self.log_dir = base / "logs" / _safe(study)
         self.install_signals = install_signals
@@ -141,7 +149,7 @@ class Runner:
         if now - self._last_beat > 2.0:
             self.store.heartbeat(self.study)
             self._last_beat = now
-        if self.on_event is not None:
+        if self.on_event is not None and not self._events_via_store:
             try:
                 self.on_event(kind, data)
             except Exception:
@@ -165,6 +173,8 @@ class Runner:
 
     # ---- the run ----------------------------------------------------------------------------
     def run(self) -> RunSummary:
+        if self.worker_trial is not None:
+            return self._run_worker()
         t0 = time.monotonic()
         old = self._install()
         try:
@@ -191,6 +201,8 @@ class Runner:
             for t, reason in list(strategy.skipped):
                 self._store_skipped(t, reason)
             n_skipped_seen = len(strategy.skipped)
+            if self._parallel_gpus(strategy):
+                self._run_parallel(strategy, done)
             while True:
                 trial = strategy.next_trial()
                 for t, reason in strategy.skipped[n_skipped_seen:]:
@@ -222,9 +234,129 @@ class Runner:
             self.emit("study_interrupted", signal=name, **_summary_dict(self.summary))
             return self.summary
         finally:
+            self._stop_workers()
             self._stop_server()
             for s, h in old.items():
                 signal.signal(s, h)
+
+    # ---- parallel trials on disjoint GPUs ---------------------------------------------------
+    # Each trial runs in its own worker process (its own load client and GIL, so two
+    # measurements never share an event loop), pinned to GPUs no other running trial holds.
+    # The coordinator (this runner) packs trials onto free GPUs, relays the workers' events
+    # from the store to its display, and on a signal stops every worker (each tears down its
+    # own server). Only the grid runs in parallel: adaptive and SLA search decide each step
+    # on the previous result.
+    def _parallel_gpus(self, strategy: Strategy) -> list[int] | None:
+        if not self.spec.parallel or strategy.name != "grid" or self.spec.engine.kind not in ("vllm", "sglang", "custom"):
+            return None
+        if self._available_gpus is None:
+            from core.serve.engines import detect_gpus
+
+            self._available_gpus = self.spec.engine.gpus if self.spec.engine.gpus is not None else detect_gpus()
+        return self._available_gpus if len(self._available_gpus or []) > 1 else None
+
+    def _need(self, trial: TrialPlan) -> int:
+        return trial.config.num_gpus * int(trial.server_args.get("pipeline_parallel_size", 1) or 1)
+
+    def _run_parallel(self, strategy: Strategy, done: dict[str, PointRow]) -> None:
+        import json
+        import subprocess
+        import sys
+
+        gpus = list(self._available_gpus or [])
+        # Trial ids are assigned here, in grid order, so workers never race for them.
+        for t in strategy.plans:
+            self.store.upsert_trial(self.study, t.trial_key, t.server_args, predicted=t.predicted)
+        pending = [t for t in strategy.plans if not all(p.point_id in done for p in t.points)]
+        for t in strategy.plans:
+            if t not in pending:  # fully stored already: replay in-process (no launch)
+                self._run_trial(strategy, t, done)
+        self._workers: dict[Any, tuple[TrialPlan, list[int], Any]] = {}
+        free = list(gpus)
+        self._events_via_store = self.on_event is not None
+        seen = self.store.last_event_seq(self.study)
+        if self._events_via_store:
+            # Relay what this runner already emitted (study_started) before the workers start.
+            seen = max(0, (self.store.events(self.study, kinds=["study_started"]) or [None])[-1].seq - 1)
+        root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        log_dir = self.log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        while pending or self._workers:
+            for t in list(pending):
+                need = self._need(t)
+                if need > len(gpus):
+                    pending.remove(t)
+                    self._run_trial(strategy, t, done)  # fails at once as infeasible
+                elif need <= len(free):
+                    take, free = free[:need], free[need:]
+                    argv = [sys.executable, "-m", "core.sweep.runner", "--storage", self.store.url, "--study", self.study,
+                            "--worker-trial", t.trial_key, "--worker-gpus", ",".join(map(str, take))]
+                    if self.workspace:
+                        argv += ["--workspace", str(self.workspace)]
+                    err = open(log_dir / f"worker-{len(self._workers)}-{os.getpid()}.log", "ab")
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=env, text=True)
+                    err.close()
+                    self._workers[proc] = (t, take, None)
+                    pending.remove(t)
+            for proc in [p for p in self._workers if p.poll() is not None]:
+                t, take, _ = self._workers.pop(proc)
+                free = sorted(free + take)
+                out = proc.stdout.read() if proc.stdout else ""
+                try:
+                    ws = json.loads(out.strip().splitlines()[-1])
+                    for k in ("points_run", "points_failed", "points_resumed", "launches", "trials_failed"):
+                        setattr(self.summary, k, getattr(self.summary, k) + int(ws.get(k, 0)))
+                    self.summary.gpu_seconds += float(ws.get("gpu_seconds", 0.0))
+                except (ValueError, IndexError):
+                    pass
+            if self._events_via_store:
+                for ev in self.store.events(self.study, after=seen):
+                    seen = ev.seq
+                    try:
+                        self.on_event(ev.kind, ev.data)
+                    except Exception:
+                        pass
+            time.sleep(0.1)
+        self.store.heartbeat(self.study)
+        self._events_via_store = False
+        # What the workers stored; the sequential pass that follows replays it (no launch)
+        # and runs whatever a worker left undone.
+        done.update({p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")})
+
+    def _stop_workers(self) -> None:
+        workers = getattr(self, "_workers", {}) or {}
+        for proc in workers:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # the worker tears down its server, then exits
+        deadline = time.monotonic() + self.spec.engine.stop_timeout_s + 10
+        for proc in workers:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except Exception:
+                proc.kill()
+        self._workers = {}
+
+    def _run_worker(self) -> RunSummary:
+        """One trial on its GPUs, for a coordinator; no study-level bookkeeping."""
+        t0 = time.monotonic()
+        old = self._install()
+        try:
+            strategy = make_strategy(self.spec, None)
+            trial = next((t for t in strategy.plans if t.trial_key == self.worker_trial), None)
+            if trial is None:
+                raise BadInput(f"no trial {self.worker_trial!r} in study {self.study!r}")
+            done = {p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")}
+            self._run_trial(strategy, trial, done)
+        except (_Interrupted, KeyboardInterrupt):
+            self.summary.interrupted = True
+        finally:
+            self._stop_server()
+            for s_, h in old.items():
+                signal.signal(s_, h)
+        self.summary.wall_s = time.monotonic() - t0
+        return self.summary
 
     def _cleanup_stale(self) -> None:
         """Servers a killed runner left behind, and trials it left 'running'."""
@@ -246,6 +378,8 @@ class Runner:
     def _gpus_for(self, trial: TrialPlan) -> list[int] | None:
         if self.spec.engine.kind in ("sim", "external"):
             return None
+        if self.worker_gpus is not None:
+            return self.worker_gpus
         if self._available_gpus is None:
             from core.serve.engines import detect_gpus
 
@@ -546,12 +680,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--storage", required=True)
     ap.add_argument("--study", required=True)
     ap.add_argument("--workspace")
+    ap.add_argument("--worker-trial", help="(internal) run only this trial, for a parallel coordinator")
+    ap.add_argument("--worker-gpus", help="(internal) the GPUs the worker's trial gets, e.g. 0,1")
     a = ap.parse_args(argv)
+    kw: dict[str, Any] = {"workspace": a.workspace}
+    if a.worker_trial is not None:
+        kw["worker_trial"] = a.worker_trial
+        kw["worker_gpus"] = [int(g) for g in a.worker_gpus.split(",")] if a.worker_gpus else None
     try:
-        s = run_study(a.storage, a.study, workspace=a.workspace)
+        s = run_study(a.storage, a.study, **kw)
     except KneeError as e:
         print(f"knee runner: error: {e}", file=sys.stderr)
         return e.exit_code
+    if a.worker_trial is not None:
+        import json
+
+        print(json.dumps(_summary_dict(s)), flush=True)  # read by the coordinator
     return 130 if s.interrupted else 0
 
 

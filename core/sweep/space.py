@@ -211,7 +211,7 @@ def _toml_sets(table: dict[str, Any], side: str) -> list[ArgSet]:
 
 SWEEP_FILE_KEYS = {
     "model", "framework", "engine", "instance", "gpu", "num_gpus", "constraints", "input_len",
-    "output_len", "strategy", "objective", "sla", "early_stop", "warmup", "seed", "rest_s",
+    "output_len", "strategy", "objective", "sla", "early_stop", "parallel", "warmup", "seed", "rest_s",
     "server", "client", "max_error_fraction",
 }
 

@@ -49,6 +49,7 @@ def register(sub) -> None:
     p.add_argument("--objective", choices=["throughput", "throughput_per_gpu", "goodput", "latency", "cost"], help="what 'best' means (default throughput)")
     p.add_argument("--sla-knob", choices=["max_concurrency", "request_rate"], help="the load knob SLA search moves")
     p.add_argument("--early-stop", action="store_true", default=None, help="end a load point once throughput and latency have converged (real engines)")
+    p.add_argument("--parallel", action="store_true", default=None, help="grid: run server configurations side by side on disjoint GPUs (each pinned with CUDA_VISIBLE_DEVICES)")
     p.add_argument("--study", help="study name (default: model-date-time)")
     p.add_argument("--resume", "--continue", "-c", action="store_true", help="continue a study: run only the load points not stored yet")
     p.add_argument("--workspace", help="directory of the study store and logs (default .knee, or $KNEE_WORKSPACE)")
@@ -155,10 +156,10 @@ def build_spec_from_args(args):
     except Exception as e:
         raise BadInput(f"bad engine settings: {e}") from None
     kw: dict[str, Any] = {}
-    for key in ("input_len", "output_len", "strategy", "objective", "warmup", "seed", "rest_s", "max_error_fraction", "early_stop"):
+    for key in ("input_len", "output_len", "strategy", "objective", "warmup", "seed", "rest_s", "max_error_fraction", "early_stop", "parallel"):
         if key in file_kw:
             kw[key] = file_kw[key]
-    for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("strategy", "strategy"), ("objective", "objective"), ("rest", "rest_s"), ("sla_knob", "sla_knob"), ("early_stop", "early_stop")):
+    for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("strategy", "strategy"), ("objective", "objective"), ("rest", "rest_s"), ("sla_knob", "sla_knob"), ("early_stop", "early_stop"), ("parallel", "parallel")):
         v = getattr(args, flag)
         if v is not None:
             kw[key] = v
