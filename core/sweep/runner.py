@@ -226,6 +226,8 @@ class Runner:
             raise
         except (_Interrupted, KeyboardInterrupt):
             self.cancel.set()
+            self._events_via_store = False  # the coordinator's own last words go out directly
+            self._stop_workers()
             self._stop_server()
             self.summary.interrupted = True
             self.summary.wall_s = time.monotonic() - t0
@@ -274,10 +276,7 @@ class Runner:
         self._workers: dict[Any, tuple[TrialPlan, list[int], Any]] = {}
         free = list(gpus)
         self._events_via_store = self.on_event is not None
-        seen = self.store.last_event_seq(self.study)
-        if self._events_via_store:
-            # Relay what this runner already emitted (study_started) before the workers start.
-            seen = max(0, (self.store.events(self.study, kinds=["study_started"]) or [None])[-1].seq - 1)
+        seen = self.store.last_event_seq(self.study)  # what came before was shown directly
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
