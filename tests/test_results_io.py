@@ -164,6 +164,9 @@ def test_results_cli(swept, capsys):
     assert knee(["results", "--workspace", str(d), "--study", name, "--json"]) == 0
     j = json.loads(capsys.readouterr().out)
     assert j["pareto"]["knee"] is not None and len(j["points"]) == 4 and j["simulated"] is True
+    # predicted beside measured, from the estimator, for every point
+    assert set(j["predicted"]) == {p["point_id"] for p in j["points"]}
+    assert all(v["output_throughput"] > 0 for v in j["predicted"].values())
     assert knee(["results", "--workspace", str(d), "--study", "nope"]) == 2
     assert knee(["results", "--workspace", str(d), "--pareto", "a,b,c"]) == 2
 

@@ -58,6 +58,7 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
             raise BadInput(f"--pareto takes two metrics X,Y, got {pareto_axes!r}")
         x, y = resolve_metric(parts[0]), resolve_metric(parts[1])
     price = (row.get("info") or {}).get("price_per_gpu_hour")
+    predicted = _predictions(spec_obj, points)
     front = pareto(points, x, y)
     k = knee(front, x, y)
     b = best(points, objective, slo, price)
@@ -70,6 +71,7 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
         if p.status == "ok" and load is not None and slo.holds(p.summary):
             sla[p.trial_id] = max(sla.get(p.trial_id, load), load)
     return {
+        "predicted": predicted,
         "max_load_meeting_slo": sla,
         "study": study,
         "model": row["model"],
@@ -83,6 +85,31 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
         "pareto": {"x": x, "y": y, "points": front, "knee": k},
         "best": b,
     }
+
+
+def _predictions(spec, points) -> dict[str, dict[str, float]]:
+    """The estimator's prediction per point (point_id -> output_throughput, p99_e2el_ms),
+    where the study's model and hardware are known to it; {} otherwise."""
+    if spec is None or not (spec.instance or spec.gpu):
+        return {}
+    try:
+        from core.sweep.predict import Predictor
+        from core.sweep.runner import _arch, _hardware
+        from core.sweep.space import load_of, server_config
+
+        pred = Predictor(_arch(spec), _hardware(spec))
+    except Exception:
+        return {}
+    out = {}
+    for p in points:
+        try:
+            wl, lp = load_of(p.client_args, spec)
+            m = pred.predict(server_config(spec.model, p.server_args), wl, lp)
+        except Exception:
+            continue
+        if m:
+            out[p.point_id] = {"output_throughput": m.get("output_throughput"), "p99_e2el_ms": m.get("p99_e2el_ms")}
+    return out
 
 
 def run(args) -> int:
@@ -121,6 +148,7 @@ def run(args) -> int:
             "study": a["study"], "model": a["model"], "status": a["status"], "simulated": a["simulated"],
             "constraints": a["constraints"], "objective": a["objective"],
             "max_load_meeting_slo": a["max_load_meeting_slo"],
+            "predicted": a["predicted"],
             "best": pt(a["best"]),
             "pareto": {"x": a["pareto"]["x"], "y": a["pareto"]["y"], "points": [pt(p) for p in a["pareto"]["points"]], "knee": pt(a["pareto"]["knee"])},
             "trials": [t.model_dump(mode="json") for t in a["trials"]],
@@ -144,15 +172,21 @@ def _print_text(a: dict[str, Any]) -> None:
     points = a["points"]
     sargs = sorted({k for p in points for k in p.server_args})
     cargs = sorted({k for p in points for k in p.client_args if k in ("max_concurrency", "request_rate")})
-    header = ["trial"] + sargs + cargs + ["status", "out tok/s", "req/s", "TTFT ms", "p99 E2E s", "SLO"]
+    pred = a.get("predicted") or {}
+    header = ["trial"] + sargs + cargs + ["status", "out tok/s", "req/s", "TTFT ms", "p99 E2E s", "SLO"] + (["pred tok/s", "pred p99 s"] if pred else [])
     rows = []
     for p in points:
         s = p.summary
         e2e = s.get("p99_e2el_ms")
-        rows.append(
+        row = (
             [str(p.trial_id)] + [_fmt(p.server_args.get(k)) for k in sargs] + [_fmt(p.client_args.get(k)) for k in cargs]
             + [p.status if p.status == "ok" else f"FAILED ({(p.reason or '').split(':', 1)[0]})", _fmt(s.get("output_throughput")), _fmt(s.get("request_throughput"), 2), _fmt(s.get("mean_ttft_ms"), 0), _fmt(e2e / 1000 if isinstance(e2e, (int, float)) else None), "ok" if p.meets_slo else ("-" if p.meets_slo is None else "miss")]
         )
+        if pred:
+            pp = pred.get(p.point_id) or {}
+            pe = pp.get("p99_e2el_ms")
+            row += [_fmt(pp.get("output_throughput")), _fmt(pe / 1000 if isinstance(pe, (int, float)) else None)]
+        rows.append(row)
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
     for r in rows:
