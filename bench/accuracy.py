@@ -10,136 +10,76 @@ metric — TTFT, ITL (TPOT), E2E, req/s, output tok/s — overall, by GPU and by
 llm-optimizer's on the rows it can predict, with knee's on those same rows. The last line is
 a one-line summary.
 
-How a row becomes a prediction (the same for every row; nothing is fitted per row):
+How a row becomes a prediction (the same for every row; nothing is fitted per row): the
+workload rules are :mod:`bench.rows`, shared with ``bench/sim_accuracy.py`` (model through
+``architecture_of``, topology, the server knobs the notes state, length spreads, the shared
+system prompt and client timeout of inference-perf runs, prompt counts). Then:
 
-- model: ``architecture_of`` when present, else ``model``; rows whose architecture has no
-  bundled config are skipped and counted. Precision and KV dtype from the row (KV null →
-  ``auto``).
 - engine and version: the row's, through the engine profiles of ``calibration.toml``
-  (vLLM < 0.6 → the legacy profile; a null vLLM version → current vLLM).
-- server knobs stated in the row's notes (``max_num_batched_tokens``, ``max_num_seqs``,
-  ``max_model_len``, ``gpu_memory_utilization``, ``num_scheduler_steps``) are applied, since they describe the server
-  that was measured; everything else takes the engine's defaults.
-- lengths: the row's; where the source gives none (ShareGPT runs), the ShareGPT means with a
-  Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). ShareGPT output
-  lengths are long-tailed: taken as log-normal (sigma 1) around the mean, cut at the
-  benchmark's 2048-token filter (the tail decides how long a burst takes to drain).
-  ``fixed`` datasets have fixed lengths (closed loops then run in lock-step waves);
-  ``random``/``other`` ones vary around the means (taken as uniform ±25%).
-- mode: ``online-concurrency`` → closed loop at that concurrency (split over replicas);
-  ``online-rate`` → open loop at that rate; ``offline-max-throughput`` → everything submitted
-  at once (``batch_size`` prompts if given, else the prompt count in the notes, else 1000);
-  ``single-request`` → one request (or the static batch given).
+  (vLLM < 0.6 -> the legacy profile; 0.6/0.7 -> V0; a null vLLM version -> current vLLM).
+- mode: ``online-concurrency`` -> closed loop at that concurrency (split over replicas);
+  ``online-rate`` -> open loop at that rate (with the run's prompt count and its client
+  timeout: an overloaded run's figures are those of the requests that finished in time);
+  ``offline-max-throughput`` -> everything submitted at once (``batch_size`` prompts if
+  given, else the prompt count in the notes, else 1000); ``single-request`` -> one request
+  (or the static batch given).
 - statistic: ``median``/``p50`` rows are compared with knee's p50, the rest with its mean.
   ITL is TPOT (the schema's definition) unless the row's notes define its figure as the
   pooled inter-chunk gap, which is compared with knee's gap distribution.
+- llm-optimizer's formulas get the row's mean lengths (its estimate has no length spread,
+  prefix cache or timeout).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 from bench import llm_optimizer_formulas as lo
+from bench import rows as R
+from bench.rows import LABELS, METRICS
 
-METRICS = ("ttft_ms", "itl_ms", "e2e_s", "req_per_s", "output_tok_per_s")
-LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
-SHAREGPT_IN, SHAREGPT_OUT = 230.969, 194.523  # KubeAI, 1000 ShareGPT prompts, Llama-3 tokenizer
-
-_KNOBS = {
-    "max_num_batched_tokens": re.compile(r"max[_-]num[_-]batched[_-]tokens?[= ](\d+)"),
-    "max_num_seqs": re.compile(r"max[_-]num[_-]seqs[= ](\d+)"),
-    "max_model_len": re.compile(r"max[_-]model[_-]len[= ](\d+)"),
-    "gpu_memory_utilization": re.compile(r"gpu[_-]memory[_-]utilization[= ]([0-9.]+)"),
-    "num_scheduler_steps": re.compile(r"num[_-]scheduler[_-]steps[= ](\d+)"),
-}
-_PROMPTS = re.compile(r"(\d[\d,]*) (?:ShareGPT )?prompts")
-
-
-def sharegpt_output(mean: float, input_len: float):
-    """ShareGPT output lengths: long-tailed, taken as log-normal (sigma 1) with the row's
-    mean, cut where ``vllm bench serve`` filters ShareGPT (prompt + output <= 2048 tokens).
-    What matters is the tail: in a burst, the longest requests decode nearly alone at the end
-    of the run."""
-    from statistics import NormalDist
-
-    from core.spec.workload import LengthDist
-
-    sigma = 1.0
-    median = mean / math.exp(sigma**2 / 2)
-    cut = max(4.0, 2048 - input_len)
-    z = NormalDist().inv_cdf
-    vals = tuple(int(min(cut, max(4, round(median * math.exp(sigma * z((k + 0.5) / 256)))))) for k in range(256))
-    return LengthDist(kind="empirical", mean=sum(vals) / len(vals), values=vals)
-
-
-def _knobs(notes: str) -> dict:
-    out = {}
-    for k, rx in _KNOBS.items():
-        m = rx.search(notes or "")
-        if m:
-            out[k] = float(m.group(1)) if k == "gpu_memory_utilization" else int(m.group(1))
-    return out
-
-
-def _ape(pred: float | None, meas: float | None) -> float | None:
-    if pred is None or meas is None or meas == 0 or not math.isfinite(pred):
-        return None
-    return abs(pred - meas) / abs(meas)
+_ape = R.ape
 
 
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def predict_knee(row: dict, arch, cfg_dict: dict) -> dict:
+def predict_knee(row: dict, arch) -> dict:
     from core.catalog import get_gpu
     from core.estimate.predict import Predictor
-    from core.spec.workload import LengthDist, Workload
 
     w = row["workload"]
-    i = w.get("input_len") or SHAREGPT_IN
-    o = w.get("output_len") or SHAREGPT_OUT
-    knobs = _knobs(row.get("notes", ""))
+    notes = row.get("notes", "")
+    knobs = R.knobs(notes)
     gmu = knobs.pop("gpu_memory_utilization", 0.9)
     mml = knobs.pop("max_model_len", None)
-    m = _PROMPTS.search(row.get("notes", ""))
-    n_prompts = int(m.group(1).replace(",", "")) if m else None
-    if w.get("dataset") == "sharegpt":
-        inp, out = LengthDist.of(float(i)), sharegpt_output(float(o), float(i))
-    elif w.get("dataset") == "fixed":
-        inp, out = LengthDist.of(float(i)), LengthDist.of(float(o))
-    else:
-        # "random"/"other": the source gives means and the lengths vary around them
-        # (taken as uniform ±25%), so closed-loop requests do not stay in lock-step waves.
-        inp, out = (LengthDist(kind="uniform", mean=float(v), range_ratio=0.25) for v in (i, o))
-    workload = Workload(input=inp, output=out)
-    kv = row.get("kv_dtype") or "auto"
+    n_prompts = R.prompt_count(notes)
     p = Predictor(
         arch,
         get_gpu(row["gpu"]),
-        workload,
-        kv_dtype=kv,
+        R.workload(row),
+        kv_dtype=row.get("kv_dtype") or "auto",
         engine=row.get("engine") or "vllm",
         engine_version=row.get("engine_version"),
         gpu_memory_utilization=gmu,
         max_model_len=mml,
     )
-    tp = int(row.get("tp") or 1)
-    dp = int(row.get("replicas") or max(1, int(row.get("num_gpus") or 1) // tp))
-    extra = {"num_scheduler_steps": knobs.pop("num_scheduler_steps")} if "num_scheduler_steps" in knobs else {}
-    cfg = p.config(tp, dp, extra_args=extra, **knobs)
+    tp, dp = R.topology(row)
+    cfg = p.config(tp, dp, extra_args=R.extra_args(notes), **knobs)
     mode = w.get("mode")
     if mode == "online-concurrency":
         pred = p.predict(cfg, concurrency=float(w["concurrency"]))
     elif mode == "online-rate":
-        pred = p.predict(cfg, request_rate=float(w["request_rate"]), concurrency=w.get("concurrency"), num_prompts=n_prompts)
+        pred = p.predict(
+            cfg, request_rate=float(w["request_rate"]), concurrency=w.get("concurrency"), num_prompts=n_prompts,
+            request_timeout_s=R.client_timeout(row),
+        )
     elif mode == "offline-max-throughput":
         pred = p.max_throughput(cfg, num_prompts=int(w.get("batch_size") or n_prompts or 1000))
     elif mode == "single-request":
@@ -147,10 +87,10 @@ def predict_knee(row: dict, arch, cfg_dict: dict) -> dict:
         pred = p.max_throughput(cfg, num_prompts=b) if b > 1 else p.predict(cfg, concurrency=1)
     else:
         raise ValueError(f"unknown mode {mode!r}")
-    stat = "p50" if row.get("stat") in ("median", "p50") else "mean"
+    stat = "p50" if R.stat(row) == "median" else "mean"
     # The schema's itl_ms is TPOT; a row whose notes define its figure as the pooled
     # inter-chunk gap (benchmark_serving's ITL) is compared with knee's gap statistic.
-    gap = re.search(r"itl_ms = [^;]*inter-chunk gap", row.get("notes", "")) is not None
+    gap = re.search(r"itl_ms = [^;]*inter-chunk gap", notes) is not None
     return {
         "ttft_ms": pred.ttft_ms.get(stat),
         "itl_ms": (pred.itl_ms if gap else pred.tpot_ms).get(stat),
@@ -161,30 +101,25 @@ def predict_knee(row: dict, arch, cfg_dict: dict) -> dict:
 
 
 def predict_lo(row: dict, cfg_dict: dict) -> dict:
-    w = row["workload"]
-    i = w.get("input_len") or SHAREGPT_IN
-    o = w.get("output_len") or SHAREGPT_OUT
+    i, o = R.mean_lengths(row)
     r = lo.predict_row(lo.model_from_config(cfg_dict), row, i, o)
     f = lo.STAT_FACTOR.get(row.get("stat"), 1.0)
     return {"ttft_ms": r.ttft_ms * f, "itl_ms": r.itl_ms * f, "e2e_s": r.e2e_s * f, "req_per_s": r.req_per_s, "output_tok_per_s": r.output_tok_per_s}
 
 
 def run(path: str) -> dict:
-    from core.catalog.models import _bundled_config, arch_from_config
     from core.errors import KneeError
 
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = R.load(path)
     results, skipped = [], []
     for row in rows:
-        ref = row.get("architecture_of") or row["model"]
-        cfg = _bundled_config(ref)
+        ref, cfg, arch = R.resolve(row)
         if cfg is None:
             skipped.append({"id": row["id"], "reason": f"no bundled config for {ref}"})
             continue
-        arch = arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))
         meas = {k: row["metrics"].get(k) for k in METRICS}
         try:
-            kn = predict_knee(row, arch, cfg)
+            kn = predict_knee(row, arch)
             kn_err = None
         except KneeError as e:
             kn, kn_err = {}, str(e)

@@ -11,6 +11,9 @@ and the median absolute percentage error (APE) per metric. Acceptance (issue 5):
 
 How a row becomes a simulation (the same for every row; nothing is fitted per row):
 
+The workload rules are :mod:`bench.rows`, shared with ``bench/accuracy.py`` (the analytic
+estimator's bench), so both predictors see the same servers, lengths and loads:
+
 - model: ``architecture_of`` when present, else ``model``; rows without a bundled config
   are skipped and counted. Precision and KV dtype from the row (KV null -> ``auto``).
 - engine and version: the row's, through the cost model's engine profiles (vLLM < 0.6 ->
@@ -21,9 +24,9 @@ How a row becomes a simulation (the same for every row; nothing is fitted per ro
   "round robin" balancer in the notes selects the round-robin router.
 - lengths: the row's means; ShareGPT rows with none use the ShareGPT means with a
   Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the
-  source's client documents them (:func:`lengths`), the shared system prompt of
-  inference-perf's shared_prefix workloads (:func:`shared_prefix`) and its client timeout
-  (:func:`client_timeout`).
+  source's client documents them (:func:`bench.rows.lengths`), the shared system prompt of
+  inference-perf's shared_prefix workloads (:func:`bench.rows.shared_prefix`) and its
+  client timeout (:func:`bench.rows.client_timeout`).
 - load: ``online-concurrency`` -> closed loop at ``concurrency`` (a request rate stated too
   caps nothing: it is the burst that fills the concurrency); ``online-rate`` -> open loop at
   ``request_rate``, constant arrivals where the notes say so, else Poisson. The number of
@@ -37,130 +40,38 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-DEFAULT = ROOT.parent / "shared" / "calibration" / "measurements.jsonl"
-if not DEFAULT.exists():
-    DEFAULT = Path("/work/shared/calibration/measurements.jsonl")
+from bench import rows as R  # noqa: E402  (after the path set-up: run as a script)
+from bench.rows import DEFAULT, LABELS, METRICS, ape  # noqa: E402
 
-METRICS = ("ttft_ms", "itl_ms", "e2e_s", "req_per_s", "output_tok_per_s")
 ACCEPT = {"req_per_s": 0.20, "output_tok_per_s": 0.20, "ttft_ms": 0.30}
-LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
-SHAREGPT_IN, SHAREGPT_OUT = 230.969, 194.523
-
-_KNOBS = {
-    "max_num_batched_tokens": re.compile(r"max[_-]num[_-]batched[_-]tokens?[= ](\d+)"),
-    "max_num_seqs": re.compile(r"max[_-]num[_-]seqs[= ](\d+)"),
-    "max_model_len": re.compile(r"max[_-]model[_-]len[= ](\d+)"),
-    "gpu_memory_utilization": re.compile(r"gpu[_-]memory[_-]utilization[= ]([0-9.]+)"),
-}
-_COUNTS = [
-    re.compile(r"successes=(\d+), failures=(\d+)"),
-    re.compile(r"(\d[\d,]*) (?:ShareGPT )?prompts"),
-    re.compile(r"completed_requests=(\d+)"),
-]
-
-
-def knobs(notes: str) -> dict:
-    out = {}
-    for k, rx in _KNOBS.items():
-        m = rx.search(notes or "")
-        if m:
-            out[k] = float(m.group(1)) if k == "gpu_memory_utilization" else int(m.group(1))
-    return out
-
-
-def prompt_count(notes: str) -> int | None:
-    for rx in _COUNTS:
-        m = rx.search(notes or "")
-        if m:
-            return sum(int(g.replace(",", "")) for g in m.groups())
-    return None
-
-
-def lengths(row: dict, mean: float, which: str):
-    """The length distribution the row's client drew from, where the source documents it.
-
-    - llmperf (``token_benchmark_ray.py``): normal with its documented spreads, stddev 150
-      input and 10 output tokens (the rows' "~550 in / 150 out" is its documented example);
-    - ShareGPT conversations: heavy-tailed; a log-normal with sigma 0.9 about the mean;
-    - otherwise the mean, fixed.
-    """
-    from core.spec.workload import LengthDist
-
-    src = (row.get("source") or "") + " " + (row.get("notes") or "")
-    if "llmperf" in src:
-        return LengthDist(kind="normal", mean=mean, std=150.0 if which == "input" else 10.0)
-    if row["workload"].get("dataset") == "sharegpt" or "ShareGPT" in src:
-        sigma = 0.9
-        rng = np.random.default_rng(1 if which == "input" else 2)
-        vals = rng.lognormal(math.log(mean) - sigma**2 / 2, sigma, size=4000)
-        return LengthDist(kind="empirical", mean=mean, values=tuple(int(max(1, round(v))) for v in vals))
-    return LengthDist.of(int(round(mean)))
-
-
-def shared_prefix(row: dict) -> int:
-    """inference-perf's shared_prefix workloads (the infsim rows): every prompt starts with
-    one of a few system prompts, 150 tokens for "roleplay" and 100 for the others, as the
-    runs' profile.yaml in inference-sim/training states; vLLM's prefix cache serves it."""
-    src = row.get("source") or ""
-    if "inference-perf" not in (row.get("notes") or ""):
-        return 0
-    return 150 if "roleplay" in src else 100
-
-
-def client_timeout(row: dict) -> float | None:
-    """inference-perf rows: 300 s, the client timeout their figures imply (successes /
-    req_per_s = 1500 s = the 1200 s stage plus 300 s for the last requests); the other
-    clients' timeouts (llmperf 600 s) are never reached in these rows."""
-    if "inference-perf" in (row.get("notes") or ""):
-        return 300.0
-    return None
 
 
 def simulate_row(row: dict):
     """(simulated metrics, SimResult) for one measurement row."""
     from core.catalog import get_gpu
-    from core.catalog.models import _bundled_config, arch_from_config
     from core.simulate import simulate
     from core.spec.hardware import Hardware
     from core.spec.serving import LoadPoint, ServerConfig
-    from core.spec.workload import Workload
 
-    ref = row.get("architecture_of") or row["model"]
-    cfg = _bundled_config(ref)
-    arch = arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))
+    ref, _, arch = R.resolve(row)
     w = row["workload"]
     notes = row.get("notes", "")
-    tp = int(row.get("tp") or 1)
-    dp = int(row.get("replicas") or max(1, int(row.get("num_gpus") or 1) // tp))
+    tp, dp = R.topology(row)
     hw = Hardware(gpu=get_gpu(row["gpu"]), num_gpus=max(int(row.get("num_gpus") or 1), tp * dp))
-    extra = {}
-    m = re.search(r"--num-scheduler-steps[= ](\d+)", notes)
-    if m:
-        extra["num_scheduler_steps"] = int(m.group(1))
     config = ServerConfig(
-        model=ref, tp=tp, dp=dp, kv_cache_dtype=row.get("kv_dtype") or "auto", extra_args=extra, **knobs(notes)
+        model=ref, tp=tp, dp=dp, kv_cache_dtype=row.get("kv_dtype") or "auto", extra_args=R.extra_args(notes),
+        **R.knobs(notes),
     )
-    isl = float(w.get("input_len") or SHAREGPT_IN)
-    osl = float(w.get("output_len") or SHAREGPT_OUT)
-    pre = shared_prefix(row)
-    # The shared-prefix dataset's prompts are the prefix plus a drawn suffix.
-    workload = Workload(
-        input=lengths(row, isl - pre, "input"), output=lengths(row, osl, "output"),
-        dataset="shared-prefix" if pre else "random", shared_prefix_len=pre,
-    )
-    n = prompt_count(notes)
+    workload = R.workload(row)
+    n = R.prompt_count(notes)
     if w["mode"] == "online-concurrency":
         c = int(w["concurrency"])
         load = LoadPoint(concurrency=c, num_prompts=n or max(100, 10 * c))
@@ -172,10 +83,10 @@ def simulate_row(row: dict):
     res = simulate(
         arch, hw, config, workload, load, seed=0,
         engine=row.get("engine") or "vllm", engine_version=row.get("engine_version"), router=router,
-        request_timeout_s=client_timeout(row),
+        request_timeout_s=R.client_timeout(row),
     )
     s = res.summary
-    stat = "median" if row.get("stat") in ("median", "p50") else "mean"
+    stat = R.stat(row)
     return {
         "ttft_ms": s[f"{stat}_ttft_ms"],
         "itl_ms": s[f"{stat}_tpot_ms"],
@@ -185,22 +96,15 @@ def simulate_row(row: dict):
     }, res
 
 
-def ape(pred, meas):
-    if pred is None or meas is None or meas == 0 or not math.isfinite(pred):
-        return None
-    return abs(pred - meas) / abs(meas)
-
-
 def run(path: Path, exclude_overloaded: bool = False) -> dict:
-    from core.catalog.models import _bundled_config
     from core.errors import KneeError
 
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = R.load(path)
     online = [r for r in rows if r["workload"].get("mode") in ("online-concurrency", "online-rate")]
     results, skipped = [], []
     for row in online:
-        ref = row.get("architecture_of") or row["model"]
-        if _bundled_config(ref) is None:
+        ref, cfg, _ = R.resolve(row)
+        if cfg is None:
             skipped.append({"id": row["id"], "reason": f"no bundled config for {ref}"})
             continue
         if exclude_overloaded and "OVERLOADED" in row.get("notes", ""):

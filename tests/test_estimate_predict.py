@@ -182,3 +182,61 @@ def test_fixed_lengths_run_in_lock_step_waves():
     assert w64.req_per_s == pytest.approx(s64.req_per_s, rel=0.2)
     # Little's law holds: the client's C requests each take E2E.
     assert w64.req_per_s * w64.e2e_s.mean == pytest.approx(64, rel=0.02)
+
+
+def _prefix_predictors(prefix: int, suffix: int, output: int = 256):
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
+    shared = Workload(input=LengthDist.of(suffix), output=LengthDist.of(output), dataset="shared-prefix", shared_prefix_len=prefix)
+    plain = Workload(input=LengthDist.of(prefix + suffix), output=LengthDist.of(output))
+    return Predictor(arch, gpu, shared), Predictor(arch, gpu, plain)
+
+
+def test_prefix_cache_skips_the_shared_prompt_at_prefill():
+    shared, plain = _prefix_predictors(prefix=1500, suffix=500)
+    # The shared-prefix dataset prepends the prefix: the prompt is 2000 tokens either way.
+    assert shared.input_len == plain.input_len == 2000
+    on = shared.config(1)
+    assert on.enable_prefix_caching and shared.cached_tokens(on) == 1488  # whole 16-token blocks
+    off = shared.config(1, enable_prefix_caching=False)
+    assert shared.cached_tokens(off) == 0
+    for c in (1, 16):
+        cached = shared.predict(on, concurrency=c)
+        recomputed = shared.predict(off, concurrency=c)
+        baseline = plain.predict(plain.config(1), concurrency=c)
+        # Without the cache nothing changes; with it the prefill computes a quarter of the prompt.
+        assert recomputed.ttft_ms.mean == pytest.approx(baseline.ttft_ms.mean, rel=1e-9)
+        assert cached.ttft_ms.mean < 0.7 * recomputed.ttft_ms.mean
+        assert cached.req_per_s >= recomputed.req_per_s
+    # The prefix's KV blocks are held once, so more sequences fit in the cache.
+    assert shared.running_cap(on)[0] >= shared.running_cap(off)[0]
+
+
+def test_prefix_cache_follows_the_engine_default():
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
+    w = Workload(input=LengthDist.of(500), output=LengthDist.of(100), dataset="shared-prefix", shared_prefix_len=1000)
+    # vLLM before 0.8 ran without automatic prefix caching unless asked.
+    old = Predictor(arch, gpu, w, engine="vllm", engine_version="0.6.0")
+    assert not old.config(1).enable_prefix_caching and old.cached_tokens(old.config(1)) == 0
+    assert old.cached_tokens(old.config(1, enable_prefix_caching=True)) == 992
+
+
+def test_client_timeout_bounds_an_overloaded_run(demo):
+    cfg = demo.config(1, 1)
+    cap = demo.predict(cfg, request_rate=1e6, num_prompts=100).req_per_s
+    rate = 2 * cap
+    short = demo.predict(cfg, request_rate=rate, num_prompts=int(rate * 600))
+    long = demo.predict(cfg, request_rate=rate, num_prompts=int(rate * 2400))
+    t_short = demo.predict(cfg, request_rate=rate, num_prompts=int(rate * 600), request_timeout_s=120)
+    t_long = demo.predict(cfg, request_rate=rate, num_prompts=int(rate * 2400), request_timeout_s=120)
+    # Without a timeout the queue (and TTFT) grows with the run; with one, the requests that
+    # finish waited less than the timeout, however long the run.
+    assert long.ttft_ms.mean > 3 * short.ttft_ms.mean
+    assert t_long.e2e_s.mean < 120 and t_long.ttft_ms.mean / 1e3 < 120
+    assert t_long.ttft_ms.mean == pytest.approx(t_short.ttft_ms.mean, rel=1e-6)
+    # Successes over the run's span (sending time + the timeout): below the capacity, and
+    # falling as the run gets longer (only the requests early in the run finish in time).
+    assert t_short.req_per_s < short.req_per_s
+    assert t_long.req_per_s < t_short.req_per_s
+    # A timeout the run never reaches changes nothing.
+    lax = demo.predict(cfg, request_rate=rate, num_prompts=int(rate * 600), request_timeout_s=1e6)
+    assert lax.ttft_ms.mean == pytest.approx(short.ttft_ms.mean) and lax.req_per_s == pytest.approx(short.req_per_s)

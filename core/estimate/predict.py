@@ -68,6 +68,7 @@ from core.spec.model import ModelArch
 from core.spec.serving import ServerConfig
 from core.spec.workload import LengthDist, Workload
 
+KV_BLOCK = 16  # vLLM's KV block (the prefix cache's granularity)
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 # Standard normal quantiles for the same levels (no scipy on the hot path).
 _Z = {0.50: 0.0, 0.90: 1.2816, 0.95: 1.6449, 0.99: 2.3263}
@@ -201,6 +202,7 @@ class _State:
     prefill_tokens_step: float
     decodes_mixed: float
     decodes_pure: float
+    cached: float = 0.0  # prompt tokens per request served by the prefix cache
 
     @property
     def throughput(self) -> float:
@@ -271,11 +273,18 @@ class Predictor:
             kv_dtype = "fp8"
         self.kv_dtype = kv_dtype or "auto"
         self.gpu_memory_utilization = gpu_memory_utilization
-        self.input_len = _mean_len(workload.input)
+        # A shared prefix (a system prompt common to every request): the ``shared-prefix``
+        # dataset prepends it to the drawn input (prompt = prefix + suffix, as the load
+        # generator and the simulator build it); otherwise the stated prefix is part of the
+        # drawn prompt.
+        prepended = workload.dataset == "shared-prefix"
+        self._prepend = float(workload.shared_prefix_len) if prepended else 0.0
+        self.input_len = self._prepend + _mean_len(workload.input)
         self.output_len = max(1.0, _mean_len(workload.output))
         if self.input_len <= 0:
             raise BadInput("input length must be positive")
-        need = workload.max_total_len
+        self.prefix_len = float(min(workload.shared_prefix_len, max(self.input_len - 1.0, 0.0)))
+        need = workload.max_total_len + int(self._prepend)
         if max_model_len is None:
             # What a user would pass as --max-model-len for this workload: the next power of
             # two over the longest request, at least 4096, never above the model's own limit.
@@ -299,6 +308,9 @@ class Predictor:
         knobs.setdefault("gpu_memory_utilization", self.gpu_memory_utilization)
         knobs.setdefault("max_model_len", self.max_model_len)
         knobs.setdefault("kv_cache_dtype", self.kv_dtype)
+        # Automatic prefix caching: on by default in vLLM V1, SGLang (radix cache) and
+        # TensorRT-LLM (KV block reuse); off by default in vLLM before 0.8.
+        knobs.setdefault("enable_prefix_caching", bool(self.profile.get("prefix_caching", 1)))
         return ServerConfig(model=self.arch.name, tp=tp, dp=dp, **knobs)
 
     def default_budget(self) -> int:
@@ -343,21 +355,37 @@ class Predictor:
             self._mems[key] = plan
         return plan
 
+    def cached_tokens(self, cfg: ServerConfig) -> float:
+        """Prompt tokens per request served from the prefix cache: the shared prefix's full
+        KV blocks (vLLM hashes and caches whole 16-token blocks, and always computes at
+        least the prompt's last token so that it can sample), when prefix caching is on.
+        They are not computed at prefill, but the attention still reads their KV."""
+        if not (self.prefix_len and cfg.enable_prefix_caching):
+            return 0.0
+        return float(int(min(self.prefix_len, self.input_len - 1.0)) // KV_BLOCK * KV_BLOCK)
+
     def running_cap(self, cfg: ServerConfig) -> tuple[float, str]:
         """The most sequences one replica runs at once, and what sets it."""
         budget, seqs, _ = self._knobs(cfg)
         mem = self.memory(cfg)
         caps = [(float(seqs), "max_num_seqs")]
         if mem.fits:
-            # Staggered lifetimes: a running sequence holds I + O/2 tokens on average.
-            caps.append((max(1.0, mem.kv_tokens / (self.input_len + self.output_len / 2 + 8)), "kv_cache"))
+            # Staggered lifetimes: a running sequence holds I + O/2 tokens on average. The
+            # cached prefix's blocks are held once, shared by every sequence.
+            c = self.cached_tokens(cfg)
+            per_seq = self.input_len - c + self.output_len / 2 + 8
+            caps.append((max(1.0, (mem.kv_tokens - c) / per_seq), "kv_cache"))
         if self.profile.get("chunked_prefill", 1):
             caps.append((float(max(1, budget - 1)), "token_budget"))
         return min(caps)
 
     # ---- the steady state of one replica -------------------------------------------
-    def _state(self, cm: CostModel, n: float, budget: int) -> _State:
+    def _state(self, cm: CostModel, n: float, budget: int, cached: float = 0.0) -> _State:
         I, O = self.input_len, self.output_len
+        # Prefix-cache hits: only Ic = I − c prompt tokens are computed, at contexts c..I, so
+        # a prompt's attention pairs are (I² − c²)/2 and its chunks read the cached KV too.
+        c = min(max(cached, 0.0), I - 1.0)
+        Ic = I - c
         dec_steps = O - 1.0
         step = cm.step_seconds
         # Below one running sequence the replica is idle part of the time: each step still
@@ -367,13 +395,13 @@ class Predictor:
         ctx = I + dec_steps / 2.0  # mean context of a decoding sequence
         if self.profile.get("chunked_prefill", 1):
             # Decodes go first; prefill gets what is left of the budget.
-            k = max(1, math.ceil(I / budget))
+            k = max(1, math.ceil(Ic / budget))
             for _ in range(3):
                 steps = k + dec_steps
                 decodes = n * dec_steps / steps
                 prefilling = n * k / steps
                 avail = max(budget - (n - max(prefilling, 1.0)), budget * 0.02, 1.0)
-                k_new = max(1, math.ceil(I / avail))
+                k_new = max(1, math.ceil(Ic / avail))
                 if k_new == k:
                     break
                 k = k_new
@@ -382,17 +410,17 @@ class Predictor:
             prefilling = n * k / n_mixed  # sequences prefilling in a mixed step
             dec_mixed = max(0.0, n - prefilling) if n_mixed < steps else n * dec_steps / steps
             dec_pure = n
-            bound = n * (I + dec_steps) / budget
+            bound = n * (Ic + dec_steps) / budget
             if bound > steps:
                 # Token-budget bound: every step is full (decodes plus prefill chunks up to
                 # max_num_batched_tokens) and prompts wait between their chunks.
                 steps = n_mixed = bound
                 prefilling = max(1.0, n - n * dec_steps / steps)
                 dec_mixed = n * dec_steps / steps
-            p_tok = n * I / n_mixed
+            p_tok = n * Ic / n_mixed
             # Attention pairs and KV read by the prefill chunks, per mixed step.
-            p_attn = n * I * I / 2.0 / n_mixed
-            p_kv = n * I * (k + 1) / 2.0 / n_mixed
+            p_attn = n * (I * I - c * c) / 2.0 / n_mixed
+            p_kv = n * (k * c + Ic * (k + 1) / 2.0) / n_mixed
             t_mixed = step(p_tok, p_attn, p_kv, dec_mixed, dec_mixed * ctx, prefilling)
             t_pure = step(0.0, 0.0, 0.0, dec_pure, dec_pure * ctx, 0.0) if n_mixed < steps else t_mixed
             cycle = n_mixed * t_mixed + (steps - n_mixed) * t_pure
@@ -403,26 +431,26 @@ class Predictor:
             # Prefill-only steps (vLLM < 0.8 by default, SGLang): whole prompts, several per step
             # when they fit the budget (longer prompts in budget-sized pieces), while decodes
             # stall. Waiting prompts go first, so those that arrived during the last step share one.
-            k = max(1, math.ceil(I / budget))
+            k = max(1, math.ceil(Ic / budget))
             t_pure = step(0.0, 0.0, 0.0, n, n * ctx, 0.0) if dec_steps > 0 else 0.0
-            fit = max(1.0, budget // max(int(I), 1)) if k == 1 else 1.0
+            fit = max(1.0, budget // max(int(Ic), 1)) if k == 1 else 1.0
             group = 1.0
             for _ in range(4):
-                chunk = group * I / k
-                t_mixed = step(chunk, group * I * I / 2.0 / k, group * I * (k + 1) / 2.0 / k, 0.0, 0.0, group)
+                chunk = group * Ic / k
+                t_mixed = step(chunk, group * (I * I - c * c) / 2.0 / k, group * (k * c + Ic * (k + 1) / 2.0) / k, 0.0, 0.0, group)
                 n_mixed = n * k / group
                 cycle = n_mixed * t_mixed + dec_steps * t_pure
                 arrivals_per_step = n / cycle * (cycle / (n_mixed + dec_steps)) if k == 1 else 1.0
                 group = min(max(1.0, arrivals_per_step), fit, n)
             steps = n_mixed + dec_steps
             prefill = k * t_mixed
-            dec_mixed, dec_pure, p_tok = 0.0, n, group * I / k
+            dec_mixed, dec_pure, p_tok = 0.0, n, group * Ic / k
             # A decoding request stalls through the other prompts' prefill steps.
             frac_mixed = max(0.0, n_mixed - k) / max(n_mixed - k + dec_steps, 1.0)
         tpot = (cycle - prefill) / dec_steps if dec_steps > 0 else 0.0
         if busy < 1.0:
             n = busy
-        return _State(n, k, steps, n_mixed, t_mixed, t_pure, cycle, prefill, tpot, frac_mixed, p_tok, dec_mixed, dec_pure)
+        return _State(n, k, steps, n_mixed, t_mixed, t_pure, cycle, prefill, tpot, frac_mixed, p_tok, dec_mixed, dec_pure, c)
 
     # ---- predictions -----------------------------------------------------------------
     def predict(
@@ -433,9 +461,16 @@ class Predictor:
         request_rate: float | None = None,
         num_prompts: int | None = None,
         duration_s: float | None = None,
+        request_timeout_s: float | None = None,
     ) -> Prediction:
         """Closed loop at ``concurrency`` (whole deployment), or open loop at
-        ``request_rate`` req/s (optionally capped by ``concurrency``)."""
+        ``request_rate`` req/s (optionally capped by ``concurrency``).
+
+        An open loop whose rate exceeds what the deployment completes is a finite run of
+        ``num_prompts`` requests (else ``duration_s`` of arrivals, else the workload's count):
+        the queue grows through the run. With a client ``request_timeout_s``, the requests
+        that cannot finish within it fail, and the latencies and throughput are those of the
+        requests that finished (what a benchmark client reports)."""
         if concurrency is None and request_rate is None:
             raise BadInput("a prediction needs a concurrency or a request rate")
         if concurrency is not None and concurrency <= 0:
@@ -448,6 +483,7 @@ class Predictor:
         cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype)
         budget, seqs, _ = self._knobs(cfg)
         cap, cap_reason = self.running_cap(cfg)
+        cached = self.cached_tokens(cfg)
         dp = cfg.dp
         ovh = cm.request_overhead_s
         tail = cm.output_token_overhead_s * self.output_len
@@ -458,7 +494,7 @@ class Predictor:
         if request_rate is None:
             c = concurrency / dp
             n = min(c, cap)
-            st = self._state(cm, n, budget)
+            st = self._state(cm, n, budget, cached)
             for _ in range(8):
                 # Little's law: of the C requests a client holds, the engine runs those not in
                 # API overhead or waiting for the next step.
@@ -467,7 +503,7 @@ class Predictor:
                 if abs(n_new - n) < 1e-3 * max(n, 1.0):
                     break
                 n = 0.5 * (n + n_new)
-                st = self._state(cm, n, budget)
+                st = self._state(cm, n, budget, cached)
             x = st.throughput
             e = ovh + st.align(n - 1) * ms + st.cycle + tail
             wait = max(0.0, c / x - e) if x > 0 else math.inf
@@ -479,33 +515,33 @@ class Predictor:
                 # the excess waits as preempted sequences (decode slows), not before the first
                 # token. Only what exceeds the prompt-only capacity waits for admission.
                 mem = self.memory(cfg)
-                admit = min(float(seqs), mem.kv_tokens / (self.input_len + 16.0))
+                admit = min(float(seqs), mem.kv_tokens / (self.input_len - cached + 16.0))
                 ttft_wait = max(0.0, c - max(admit, n)) / x
                 resumed, wait = wait - ttft_wait, ttft_wait
             return self._finish(cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs, resumed=resumed)
 
         lam = request_rate / dp
-        st_cap = self._state(cm, cap, budget)
+        st_cap = self._state(cm, cap, budget, cached)
         if lam * st_cap.cycle >= cap:
             # Arrivals outrun the replica: over a finite run the queue grows linearly and the
             # i-th request waits i·(1/X − 1/λ).
-            x = st_cap.throughput
+            cap_x = st_cap.throughput
             n_run = num_prompts or (int(request_rate * duration_s) if duration_s else None)
             n_run = n_run or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
-            wait = max(0.0, (n_run / dp - 1) / 2.0 * (1.0 / x - 1.0 / lam))
+            x, wait = self._overloaded(cfg, cm, st_cap, cap_x, lam, max(n_run / dp, 1.0), request_timeout_s, budget, seqs)
             pred = self._finish(cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget, seqs)
         else:
             lo, hi = 0.0, cap
             for _ in range(40):
                 mid = 0.5 * (lo + hi)
-                if lam * self._state(cm, max(mid, 1e-3), budget).cycle > mid:
+                if lam * self._state(cm, max(mid, 1e-3), budget, cached).cycle > mid:
                     lo = mid
                 else:
                     hi = mid
                 if hi - lo < 1e-3 * max(hi, 1.0):
                     break
             n = max(hi, 1e-3)
-            st = self._state(cm, n, budget)
+            st = self._state(cm, n, budget, cached)
             # M/M/c waiting with c = the cap (Sakasegawa's approximation): negligible until
             # the running batch nears its cap.
             rho = min(n / cap, 0.999)
@@ -518,6 +554,31 @@ class Predictor:
             if closed.req_per_s < pred.req_per_s:
                 return closed
         return pred
+
+    def _overloaded(self, cfg, cm, st: _State, cap_x: float, lam: float, n: float, timeout: float | None,
+                    budget: int, seqs: int) -> tuple[float, float]:
+        """(completed req/s, mean queueing wait) of one replica over a finite overloaded run.
+
+        The replica completes ``cap_x`` req/s while ``lam`` arrive, so the j-th request
+        (j = 0..n−1, sent at j/λ) starts at j/X and waits W_j = j·(1/X − 1/λ), then spends
+        S (its time in the engine) before its last token. A client timeout T fails every
+        request with W_j + S > T: the first n_ok = (T − S)/(1/X − 1/λ) + 1 succeed, and the
+        later ones start too late (a request pulled from a queue that old holds its slot
+        only until the client gives up, so none of them completes either). When requests
+        fail, the reported throughput is the successes over the run's span, from the first
+        send to the last request's timeout; when all complete it is the replica's capacity
+        (the drain at the end of the run is left out, as for a steady state)."""
+        d = max(1.0 / cap_x - 1.0 / lam, 0.0)
+        n_ok = n
+        if timeout is not None and timeout > 0 and d > 0:
+            resident = self._finish(cfg, cm, st, cap_x, 0.0, "uniform", "load", True, None, None, budget, seqs).e2e_s.mean
+            # At least the first request: with T < S nothing finishes in time, and the
+            # figures describe that one request's (timed-out) latency instead.
+            n_ok = min(n, max(1.0, math.floor((timeout - resident) / d) + 1.0))
+        wait = max(0.0, (n_ok - 1.0) / 2.0 * d)
+        if n_ok < n:
+            return n_ok / ((n - 1.0) / lam + timeout), wait
+        return cap_x, wait
 
     def _finish(self, cfg, cm, st: _State, x: float, wait: float, wait_kind: str, limited: str,
                 saturated: bool, concurrency, request_rate, budget: int, seqs: int,
@@ -561,6 +622,16 @@ class Predictor:
         # Percentiles (approximate; see the module docstring).
         collide_m = min(x * st.prefill, 50.0)  # other prefills arriving while ours runs
         share = 0.5 if chunked else 1.0
+        # A longer or shorter prompt than the mean changes the steps it prefills in by its
+        # extra tokens' marginal cost (their matmul FLOPs and attention), not in proportion:
+        # the step's fixed costs, weight reads and the decodes riding along stay.
+        Ic = I - st.cached
+        ctx = I + dec / 2.0
+        def pf_step(tokens: float) -> float:
+            return cm.step_seconds(tokens, tokens * (I + st.cached) / 2.0, tokens * I / Ic, st.decodes_mixed,
+                                   st.decodes_mixed * ctx, max(1.0, tokens / Ic))
+        delta = max(16.0, 0.1 * st.prefill_tokens_step)
+        per_token = max(pf_step(st.prefill_tokens_step + delta) - pf_step(st.prefill_tokens_step), 0.0) / delta
         p_wait = 0.0
         if wait_kind == "exponential" and wait > 0:
             rho = min(st.n / max(self.running_cap(cfg)[0], 1e-9), 0.999)
@@ -576,7 +647,11 @@ class Predictor:
             # The mean prefill already holds the average collision; scale by the quantile's
             # share of it.
             k_coll = _poisson_quantile(collide_m, q)
-            pf = st.prefill * (_quantile_len(self.workload.input, q) / I) * (1 + share * k_coll) / (1 + share * collide_m)
+            # A prompt's prefill scales with the tokens it computes (not those the prefix
+            # cache serves).
+            computed_q = max(self._prepend + _quantile_len(self.workload.input, q) - st.cached, 1.0)
+            pf = max(st.prefill + (computed_q - Ic) * per_token, per_token * computed_q)
+            pf *= (1 + share * k_coll) / (1 + share * collide_m)
             t = ovh + w + q * st.mean_step * busy * ms + pf
             ttft_q[name] = t
             if gaps:
@@ -604,11 +679,11 @@ class Predictor:
                 d[name] = prev = max(d[name], prev)
 
         # Bottlenecks: the step prefill chunks ride in, and the pure decode step.
-        pf_seqs = max(1, round(st.n * st.k / max(st.n_mixed, 1e-9))) if chunked else max(1, round(st.prefill_tokens_step / I))
+        pf_seqs = max(1, round(st.n * st.k / max(st.n_mixed, 1e-9))) if chunked else max(1, round(st.prefill_tokens_step / Ic))
         pf_batch = Batch(
             prefill_tokens=int(st.prefill_tokens_step),
-            prefill_attn=st.prefill_tokens_step * I / 2.0,
-            prefill_kv=st.prefill_tokens_step * (st.k + 1) / 2.0 / st.k,
+            prefill_attn=st.prefill_tokens_step * (I + st.cached) / 2.0,
+            prefill_kv=st.prefill_tokens_step / Ic * (st.k * st.cached + Ic * (st.k + 1) / 2.0) / st.k,
             prefill_seqs=pf_seqs,
             decode_seqs=int(round(st.decodes_mixed)),
             decode_context=round(st.decodes_mixed) * (I + dec / 2),
@@ -653,7 +728,7 @@ class Predictor:
         run = min(per_rep, cap)
         cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype)
         budget, seqs, _ = self._knobs(cfg)
-        st = self._state(cm, run, budget)
+        st = self._state(cm, run, budget, self.cached_tokens(cfg))
         x = st.throughput
         gaps = None
         if self.workload.output.kind != "fixed" and per_rep > 1:
@@ -682,14 +757,16 @@ class Predictor:
         c = concurrency / dp
         w = max(1.0, min(c, cap))
         ovh, tail = cm.request_overhead_s, cm.output_token_overhead_s * O
-        tokens = w * I
+        cached = self.cached_tokens(cfg)
+        Ic = I - cached  # prompt tokens each request computes (the rest are prefix-cache hits)
+        tokens = w * Ic
         if self.profile.get("chunked_prefill", 1):
             per_step = float(budget)
         else:
-            per_step = max(1.0, budget // max(int(I), 1)) * I if I <= budget else float(budget)
+            per_step = max(1.0, budget // max(int(Ic), 1)) * Ic if Ic <= budget else float(budget)
         steps_pf = max(1, math.ceil(tokens / per_step - 1e-9))
         p = tokens / steps_pf
-        t_pf = cm.step_seconds(p, p * I / 2.0, p, 0.0, 0.0, max(1.0, p / I))
+        t_pf = cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
         ctx = I + dec / 2.0
         t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
         prefill_all = steps_pf * t_pf
@@ -723,7 +800,8 @@ class Predictor:
         itl_mean = sum(t * wt for t, wt in ordered) / total
         e2e_q = {k: e2e for k in QUANTILES}
         limited = "load" if c <= cap + 1e-9 else cap_reason
-        pf_batch = Batch(prefill_tokens=int(p), prefill_attn=p * I / 2.0, prefill_kv=p, prefill_seqs=max(1, int(p / I)))
+        pf_batch = Batch(prefill_tokens=int(p), prefill_attn=p * (I + cached) / 2.0, prefill_kv=p * I / Ic,
+                         prefill_seqs=max(1, int(p / Ic)))
         return Prediction(
             tp=cfg.tp,
             dp=dp,
@@ -769,6 +847,7 @@ class Predictor:
         thins out — the long ones decode almost alone (the "drain"), which is what a burst
         of ShareGPT-like requests spends much of its time on."""
         I = self.input_len
+        Ic = I - st.cached
         # 48 quantiles; the last one is the longest of n draws (about the 1 − 1/2n quantile).
         grid = [(j + 0.5) / 48 for j in range(47)] + [max(47.5 / 48, 1 - 0.5 / n)]
         lengths = sorted(_quantile_len(self.workload.output, q) for q in grid)
@@ -779,10 +858,10 @@ class Predictor:
             gaps.extend(self._steady_gaps(st, queued * max(self.output_len - 1, 0.0)))
         else:
             # One wave: every prompt prefills first (budget-sized steps), then decodes.
-            tokens = run * I
+            tokens = run * Ic
             steps = max(1, math.ceil(tokens / budget))
             per = tokens / steps
-            total += steps * cm.step_seconds(per, per * I / 2.0, per, 0.0, 0.0, run / steps)
+            total += steps * cm.step_seconds(per, per * (I + st.cached) / 2.0, per * I / Ic, 0.0, 0.0, run / steps)
         prev = 0.0
         m = len(lengths)
         for j, length in enumerate(lengths):

@@ -1,0 +1,199 @@
+"""Reading measurement rows: the workload rules both accuracy benches share.
+
+``bench/accuracy.py`` (the analytic estimator) and ``bench/sim_accuracy.py`` (the
+simulator) turn a row of ``shared/calibration/measurements.jsonl`` into the same server,
+workload and load point through this module, so the two can only differ in the predictor.
+Every rule applies to every row the same way; nothing is keyed on a row id:
+
+- model: ``architecture_of`` when present, else ``model``; rows whose architecture has no
+  bundled config are skipped (:func:`resolve`). Precision from the row, KV dtype from the
+  row (null -> ``auto``).
+- topology: TP from the row; data-parallel replicas from ``replicas``, else
+  ``num_gpus // tp`` (:func:`topology`).
+- server knobs the notes state (``max_num_batched_tokens``, ``max_num_seqs``,
+  ``max_model_len``, ``gpu_memory_utilization``; ``num_scheduler_steps`` as an extra
+  argument) describe the measured server and are applied (:func:`knobs`,
+  :func:`extra_args`).
+- lengths: the row's means; ShareGPT rows with none use the ShareGPT means with a Llama-3
+  tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the source's
+  client documents them (:func:`lengths`).
+- inference-perf's shared_prefix workloads: the shared system prompt (:func:`shared_prefix`)
+  and the client timeout (:func:`client_timeout`).
+- prompt counts from the notes (:func:`prompt_count`); statistic ``median``/``p50`` rows
+  are compared with medians, the rest with means (:func:`stat`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT.parent / "shared" / "calibration" / "measurements.jsonl"
+if not DEFAULT.exists():
+    DEFAULT = Path("/work/shared/calibration/measurements.jsonl")
+
+METRICS = ("ttft_ms", "itl_ms", "e2e_s", "req_per_s", "output_tok_per_s")
+LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
+SHAREGPT_IN, SHAREGPT_OUT = 230.969, 194.523  # KubeAI, 1000 ShareGPT prompts, Llama-3 tokenizer
+
+_KNOBS = {
+    "max_num_batched_tokens": re.compile(r"max[_-]num[_-]batched[_-]tokens?[= ](\d+)"),
+    "max_num_seqs": re.compile(r"max[_-]num[_-]seqs[= ](\d+)"),
+    "max_model_len": re.compile(r"max[_-]model[_-]len[= ](\d+)"),
+    "gpu_memory_utilization": re.compile(r"gpu[_-]memory[_-]utilization[= ]([0-9.]+)"),
+}
+_SCHEDULER_STEPS = re.compile(r"num[_-]scheduler[_-]steps[= ](\d+)")
+_COUNTS = [
+    re.compile(r"successes=(\d+), failures=(\d+)"),
+    re.compile(r"(\d[\d,]*) (?:ShareGPT )?prompts"),
+    re.compile(r"completed_requests=(\d+)"),
+]
+
+
+def load(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def resolve(row: dict):
+    """(reference, HF config dict, ModelArch) for the row; config and arch are None when the
+    architecture has no bundled config (the row is then skipped, not guessed)."""
+    from core.catalog.models import _bundled_config, arch_from_config
+
+    ref = row.get("architecture_of") or row["model"]
+    cfg = _bundled_config(ref)
+    if cfg is None:
+        return ref, None, None
+    return ref, cfg, arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))
+
+
+def topology(row: dict) -> tuple[int, int]:
+    """(TP, data-parallel replicas)."""
+    tp = int(row.get("tp") or 1)
+    dp = int(row.get("replicas") or max(1, int(row.get("num_gpus") or 1) // tp))
+    return tp, dp
+
+
+def knobs(notes: str) -> dict:
+    """Server knobs the notes state, as ServerConfig fields."""
+    out = {}
+    for k, rx in _KNOBS.items():
+        m = rx.search(notes or "")
+        if m:
+            out[k] = float(m.group(1)) if k == "gpu_memory_utilization" else int(m.group(1))
+    return out
+
+
+def extra_args(notes: str) -> dict:
+    """Engine arguments knee carries in ``ServerConfig.extra_args`` (vLLM 0.6's multi-step
+    scheduling)."""
+    m = _SCHEDULER_STEPS.search(notes or "")
+    return {"num_scheduler_steps": int(m.group(1))} if m else {}
+
+
+def prompt_count(notes: str) -> int | None:
+    """Requests the run sent: successes + failures, "N prompts" or "completed_requests=N"."""
+    for rx in _COUNTS:
+        m = rx.search(notes or "")
+        if m:
+            return sum(int(g.replace(",", "")) for g in m.groups())
+    return None
+
+
+def stat(row: dict) -> str:
+    return "median" if row.get("stat") in ("median", "p50") else "mean"
+
+
+def mean_lengths(row: dict) -> tuple[float, float]:
+    """Mean prompt and output tokens (the ShareGPT means where the source gives none)."""
+    w = row["workload"]
+    return float(w.get("input_len") or SHAREGPT_IN), float(w.get("output_len") or SHAREGPT_OUT)
+
+
+def _lognormal(mean: float, sigma: float, cut: float | None):
+    """A log-normal length distribution as 256 quantiles (deterministic, so every run and
+    both benches see the same lengths), cut at ``cut`` and scaled so its mean is ``mean``
+    (the row's mean is what the benchmark measured after its own filter)."""
+    from statistics import NormalDist
+
+    from core.spec.workload import LengthDist
+
+    z = [NormalDist().inv_cdf((k + 0.5) / 256) for k in range(256)]
+    median = mean / math.exp(sigma**2 / 2)
+    for _ in range(30):  # the cut lowers the mean: raise the median until it is back
+        vals = [min(cut or math.inf, max(1.0, median * math.exp(sigma * x))) for x in z]
+        got = sum(vals) / len(vals)
+        if abs(got - mean) < 1e-3 * mean or (cut and min(vals) >= cut):
+            break
+        median *= mean / got
+    ints = tuple(int(max(1, round(v))) for v in vals)
+    return LengthDist(kind="empirical", mean=sum(ints) / len(ints), values=ints)
+
+
+def lengths(row: dict, mean: float, which: str, other: float | None = None):
+    """The length distribution the row's client drew from, where the source documents it.
+
+    - llmperf (``token_benchmark_ray.py``): normal with its documented spreads, stddev 150
+      input and 10 output tokens (the rows' "~550 in / 150 out" is its documented example);
+    - ShareGPT conversations: heavy-tailed, a log-normal (sigma 1) about the mean; single-turn
+      ShareGPT benchmarks (``vllm``/``sglang`` ``bench serve``) drop prompts over 1024 tokens
+      and requests over 2048 in all, so the tail is cut there (``other`` is the mean length
+      on the other side). The tail decides how long a burst takes to drain: the longest
+      requests decode nearly alone at the end of it;
+    - otherwise the mean, fixed.
+    """
+    from core.spec.workload import LengthDist
+
+    src = (row.get("source") or "") + " " + (row.get("notes") or "")
+    if "llmperf" in src:
+        return LengthDist(kind="normal", mean=mean, std=150.0 if which == "input" else 10.0)
+    sharegpt = row["workload"].get("dataset") == "sharegpt"
+    if sharegpt or "ShareGPT" in src:
+        cut = None
+        if sharegpt:
+            cut = 1024.0 if which == "input" else max(4.0, 2048.0 - (other or 0.0))
+        return _lognormal(mean, 1.0, cut)
+    return LengthDist.of(mean)
+
+
+def shared_prefix(row: dict) -> int:
+    """inference-perf's shared_prefix workloads (the infsim rows): every prompt starts with
+    one of a few system prompts, 150 tokens for "roleplay" and 100 for the others, as the
+    runs' profile.yaml in inference-sim/training states; vLLM's prefix cache serves it."""
+    src = row.get("source") or ""
+    if "inference-perf" not in (row.get("notes") or ""):
+        return 0
+    return 150 if "roleplay" in src else 100
+
+
+def client_timeout(row: dict) -> float | None:
+    """inference-perf rows: 300 s, the client timeout their figures imply (successes /
+    req_per_s = 1500 s = the 1200 s stage plus 300 s for the last requests); the other
+    clients' timeouts (llmperf 600 s) are never reached in these rows."""
+    if "inference-perf" in (row.get("notes") or ""):
+        return 300.0
+    return None
+
+
+def workload(row: dict):
+    """The row's :class:`Workload`. A shared-prefix prompt is the prefix plus a drawn suffix
+    (the ``shared-prefix`` dataset's convention, in the load generator and the simulator)."""
+    from core.spec.workload import Workload
+
+    isl, osl = mean_lengths(row)
+    pre = shared_prefix(row)
+    return Workload(
+        input=lengths(row, isl - pre, "input", osl),
+        output=lengths(row, osl, "output", isl),
+        dataset="shared-prefix" if pre else "random",
+        shared_prefix_len=pre,
+    )
+
+
+def ape(pred: float | None, meas: float | None) -> float | None:
+    """Absolute percentage error (a fraction); None where either side is missing."""
+    if pred is None or meas is None or meas == 0 or not math.isfinite(pred):
+        return None
+    return abs(pred - meas) / abs(meas)
