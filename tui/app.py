@@ -36,13 +36,17 @@ from tui.screens.sweep import SweepScreen
 
 MODE_KEYS = (("plan", "Plan", "1", "f1"), ("estimate", "Estimate", "2", "f2"), ("sweep", "Sweep", "3", "f3"),
              ("pareto", "Pareto", "4", "f4"), ("deploy", "Deploy", "5", "f5"))
-POLL_S = 0.1  # the follower reads the store at 10 Hz; updates reach the screen at most that often
+# The follower reads the store at 12 Hz, so the screen can show >= 10 updates/s under a live
+# sweep (bench/tui_load.py); SweepUpdated coalesces whatever the UI has not drawn yet.
+POLL_S = 1 / 12
 IDLE_POLL_S = 1.0  # after the sweep ended (a resume elsewhere is still noticed)
 
 
 class KneeApp(App[None]):
     TITLE = "knee"
-    CSS_PATH = "app.tcss"
+    # Every screen's stylesheet is parsed once at start-up: a screen-level CSS_PATH would be
+    # parsed, and the whole DOM restyled, on the first visit to that screen.
+    CSS_PATH = ["app.tcss", *(f"screens/{mode}.tcss" for mode in ("plan", "estimate", "sweep", "pareto", "deploy"))]
     MODES = {"plan": PlanScreen, "estimate": EstimateScreen, "sweep": SweepScreen, "pareto": ParetoScreen,
              "deploy": DeployScreen}
     DEFAULT_MODE = "plan"

@@ -30,7 +30,6 @@ CONTAINERS = ("lmi", "vllm", "tgi")
 
 class DeployScreen(KneeScreen):
     MODE = "deploy"
-    CSS_PATH = "deploy.tcss"
     # Focus starts on the plan, not a field, so the single-letter keys work at once.
     AUTO_FOCUS = "#deploy-body"
     BINDINGS = [

@@ -24,7 +24,6 @@ from tui.widgets.roofline_plot import RooflinePlot
 
 class EstimateScreen(KneeScreen):
     MODE = "estimate"
-    CSS_PATH = "estimate.tcss"
     BINDINGS = [
         Binding("g", "sweep_suggested", "Sweep this"),
         Binding("u", "use_suggested", "Use suggested space"),

@@ -29,7 +29,6 @@ RELOAD_S = 2.0
 
 class ParetoScreen(KneeScreen):
     MODE = "pareto"
-    CSS_PATH = "pareto.tcss"
     BINDINGS = [
         Binding("v", "next_view", "Next view"),
         Binding("x", "cycle_x", "X axis"),
@@ -121,7 +120,9 @@ class ParetoScreen(KneeScreen):
         info = row.get("info", {})
         predicted = {}
         if spec is not None:
-            fresh = [p for p in points if p.point_id not in known]
+            # Predictions for the points the table can show (the best by either plotted
+            # metric, capped): a thousand predictions would hold the GIL for a second.
+            fresh = [p for p in _predict_candidates(points, self.x, self.y) if p.point_id not in known]
             predicted = predictions(fresh, spec.model, spec.instance, spec.gpu, spec.num_gpus, spec)
         self.post_message(StudyLoaded(study, points, predicted, {**info, "model": row.get("model", "")},
                                       spec.constraints if spec else ""))
@@ -207,3 +208,18 @@ class ParetoScreen(KneeScreen):
                                         gpu=m.info.get("gpu_type"), instance=self.knee.plan.instance,
                                         hardware=m.info.get("hardware", ""))
         self.app.switch_mode("deploy")
+
+
+def _predict_candidates(points: list, x: str, y: str, limit: int = 150) -> list:
+    from core.results.analysis import direction, metric_value
+
+    ok = [p for p in points if p.status == "ok"]
+    if len(ok) <= limit:
+        return ok
+    chosen: dict[str, object] = {}
+    for metric in (x, y):
+        sign = -1.0 if direction(metric) == "max" else 1.0
+        ranked = sorted((p for p in ok if metric_value(p, metric) is not None), key=lambda p: sign * metric_value(p, metric))
+        for p in ranked[: limit // 2]:
+            chosen[p.point_id] = p
+    return list(chosen.values())

@@ -56,7 +56,6 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
 
 class PlanScreen(KneeScreen):
     MODE = "plan"
-    CSS_PATH = "plan.tcss"
     # Typing starts in the first field (the scrolling form would otherwise take the focus).
     AUTO_FOCUS = "#model"
     BINDINGS = [

@@ -25,7 +25,6 @@ from tui.widgets.trial_table import TrialTable
 
 class SweepScreen(KneeScreen):
     MODE = "sweep"
-    CSS_PATH = "sweep.tcss"
     BINDINGS = [
         Binding("n", "new_sweep", "New sweep"),
         Binding("a", "attach", "Attach latest"),
