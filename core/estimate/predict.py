@@ -10,7 +10,8 @@ Public API (UI-free; the TUI, ``knee estimate`` and the sweep's adaptive strateg
     Predictor(arch, gpu, workload, *, kv_dtype="auto", engine="vllm", engine_version=None,
               gpu_memory_utilization=0.9, max_model_len=None)
         .memory(cfg: ServerConfig) -> MemoryPlan           # per replica, cached
-        .predict(cfg, *, concurrency=None, request_rate=None, num_prompts=None) -> Prediction
+        .predict(cfg, *, concurrency=None, request_rate=None, num_prompts=None,
+                 duration_s=None, request_timeout_s=None) -> Prediction
         .curve(cfg, concurrencies) -> list[Prediction]
         .max_throughput(cfg) -> Prediction                 # everything submitted at once
         .config(tp, dp=1, **knobs) -> ServerConfig          # engine defaults filled in
@@ -44,6 +45,16 @@ The model, per replica (data-parallel replicas split the load evenly):
 - Open loop at rate λ: the N with N = λ·residence(N); near the cap an M/M/c waiting time
   (Sakasegawa's approximation); past it the replica is saturated and, over a finite run of
   ``num_prompts`` requests, the queue grows linearly, so mean wait = (n−1)/2·(1/X − 1/λ).
+  With a client timeout T, only the requests with wait + time in the engine <= T finish
+  (the first ones of the run); TTFT and E2E are theirs and the throughput is successes over
+  the run's span (sending time + T), as benchmark clients report an overloaded run.
+- Prefix caching (``workload.shared_prefix_len``, ``cfg.enable_prefix_caching``, on by
+  default where the engine has it on): a prompt's shared prefix, in whole 16-token KV
+  blocks, is a cache hit and is not computed at prefill (fewer prefill tokens and FLOPs,
+  a lower TTFT), but its KV is still read by the attention of the prompt's chunks and of
+  every decode step; the prefix's blocks are held once in the KV cache, not per sequence.
+  The ``shared-prefix`` dataset prepends the prefix to the drawn input (prompt = prefix +
+  input), as the load generator and the simulator do.
 - Per-request API overheads (HTTP, tokenisation, detokenisation/streaming) from the engine
   profile add to TTFT and E2E.
 
