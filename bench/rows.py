@@ -185,7 +185,7 @@ def workload(row: dict):
     isl, osl = mean_lengths(row)
     pre = shared_prefix(row)
     return Workload(
-        input=lengths(row, isl - pre, "input", osl),
+        input=lengths(row, max(1.0, isl - pre), "input", osl),
         output=lengths(row, osl, "output", isl),
         dataset="shared-prefix" if pre else "random",
         shared_prefix_len=pre,

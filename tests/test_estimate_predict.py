@@ -240,3 +240,11 @@ def test_client_timeout_bounds_an_overloaded_run(demo):
     # A timeout the run never reaches changes nothing.
     lax = demo.predict(cfg, request_rate=rate, num_prompts=int(rate * 600), request_timeout_s=1e6)
     assert lax.ttft_ms.mean == pytest.approx(short.ttft_ms.mean) and lax.req_per_s == pytest.approx(short.req_per_s)
+
+
+def test_only_the_shared_prefix_dataset_shares_a_prefix():
+    # Random prompts share nothing (the load generator ignores shared_prefix_len there), so
+    # the estimate, like the simulator, caches nothing.
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
+    p = Predictor(arch, gpu, Workload.fixed(2000, 100, shared_prefix_len=1500))
+    assert p.input_len == 2000 and p.cached_tokens(p.config(1)) == 0

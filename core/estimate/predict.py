@@ -48,8 +48,8 @@ The model, per replica (data-parallel replicas split the load evenly):
   With a client timeout T, only the requests with wait + time in the engine <= T finish
   (the first ones of the run); TTFT and E2E are theirs and the throughput is successes over
   the run's span (sending time + T), as benchmark clients report an overloaded run.
-- Prefix caching (``workload.shared_prefix_len``, ``cfg.enable_prefix_caching``, on by
-  default where the engine has it on): a prompt's shared prefix, in whole 16-token KV
+- Prefix caching (the ``shared-prefix`` dataset's ``shared_prefix_len``,
+  ``cfg.enable_prefix_caching``, on by default where the engine has it on): a prompt's shared prefix, in whole 16-token KV
   blocks, is a cache hit and is not computed at prefill (fewer prefill tokens and FLOPs,
   a lower TTFT), but its KV is still read by the attention of the prompt's chunks and of
   every decode step; the prefix's blocks are held once in the KV cache, not per sequence.
@@ -284,17 +284,17 @@ class Predictor:
             kv_dtype = "fp8"
         self.kv_dtype = kv_dtype or "auto"
         self.gpu_memory_utilization = gpu_memory_utilization
-        # A shared prefix (a system prompt common to every request): the ``shared-prefix``
-        # dataset prepends it to the drawn input (prompt = prefix + suffix, as the load
-        # generator and the simulator build it); otherwise the stated prefix is part of the
-        # drawn prompt.
-        prepended = workload.dataset == "shared-prefix"
-        self._prepend = float(workload.shared_prefix_len) if prepended else 0.0
+        # A shared prefix (a system prompt common to every request) exists in the
+        # ``shared-prefix`` dataset, which prepends it to the drawn input (prompt = prefix +
+        # input), as the load generator and the simulator build it; the other datasets draw
+        # prompts that share nothing, whatever shared_prefix_len says.
+        shared = workload.dataset == "shared-prefix"
+        self._prepend = float(workload.shared_prefix_len) if shared else 0.0
         self.input_len = self._prepend + _mean_len(workload.input)
         self.output_len = max(1.0, _mean_len(workload.output))
         if self.input_len <= 0:
             raise BadInput("input length must be positive")
-        self.prefix_len = float(min(workload.shared_prefix_len, max(self.input_len - 1.0, 0.0)))
+        self.prefix_len = self._prepend
         need = workload.max_total_len + int(self._prepend)
         if max_model_len is None:
             # What a user would pass as --max-model-len for this workload: the next power of
