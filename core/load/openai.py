@@ -20,6 +20,9 @@ Timing (``shared/reference/metrics.md`` §1), all ``time.perf_counter() - t0``:
   metrics.md to the letter. ``end_time`` is t_end: ``[DONE]``, or the last message when a stream closes
   cleanly after a ``finish_reason`` without it.
 
+Sampling: ``temperature`` is sent only when given (the server's default otherwise), as
+``vllm bench serve`` does since it stopped forcing greedy decoding.
+
 Token counts: the request asks for ``stream_options.include_usage`` and takes OSL from
 ``usage.completion_tokens``. ISL stays the prompt's own length in the model's tokenizer, as
 ``vllm bench serve`` counts it (its ``total_input_tokens``); the server's
@@ -79,7 +82,7 @@ class OpenAITarget:
         transport: str | None = None,
         ignore_eos: bool = True,
         per_chunk_usage: bool = False,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         timeout_s: float | None = 6 * 3600,
         extra_body: dict[str, Any] | None = None,
     ):
@@ -130,7 +133,12 @@ class OpenAITarget:
         stream_options: dict[str, Any] = {"include_usage": True}
         if self.per_chunk_usage:
             stream_options["continuous_usage_stats"] = True
-        b: dict[str, Any] = {"model": self.model, "stream": True, "stream_options": stream_options, "temperature": self.temperature}
+        b: dict[str, Any] = {"model": self.model, "stream": True, "stream_options": stream_options}
+        if self.temperature is not None:
+            # Unset by default, like vllm bench serve (which stopped forcing greedy): with
+            # greedy decoding a model can emit tokens whose text the server holds back and
+            # sends in a burst later, which moves TTFT and TPOT (seen on the tiny test model).
+            b["temperature"] = self.temperature
         if self.api == "chat":
             b["messages"] = prompt.messages or [{"role": "user", "content": prompt.text}]
             b["max_completion_tokens"] = prompt.output_tokens

@@ -214,7 +214,15 @@ async def run_load(
     conc = lp.concurrency
     rate = lp.request_rate
     n_measured = lp.num_prompts if lp.num_prompts is not None else (None if lp.duration_s else len(prompts))
-    limit = conc if conc is not None else max(64, min(4096, int(math.ceil((rate or 1) * 30))))
+    # Connection pool size. It must never be what limits in-flight requests, or requests
+    # would wait inside the client unrecorded (vllm #54101): the concurrency (closed loop or
+    # cap) when there is one; otherwise every request of the schedule may be in flight.
+    if conc is not None:
+        limit = conc
+    elif n_measured is not None:
+        limit = max(1, n_measured)
+    else:
+        limit = max(64, int(math.ceil((rate or 1) * (lp.duration_s or 60))))
     clock = time.perf_counter
     keep_text = retokenize or tokenizer is not None
     texts: dict[int, str] = {}

@@ -124,7 +124,7 @@ class SageMakerTarget:
         endpoint_url: str | None = None,
         ignore_eos: bool = True,
         per_chunk_usage: bool = False,
-        temperature: float = 0.0,
+        temperature: float | None = None,
         timeout_s: float | None = 3600,
         client=None,
     ):
@@ -177,7 +177,7 @@ class SageMakerTarget:
     def body(self, prompt: Prompt) -> bytes:
         if self.fmt == "lmi":
             params: dict[str, Any] = {"max_new_tokens": prompt.output_tokens, "details": True}
-            if self.temperature > 0:
+            if self.temperature:
                 params.update(do_sample=True, temperature=self.temperature)
             if self.ignore_eos:
                 params["ignore_eos"] = True
@@ -185,7 +185,9 @@ class SageMakerTarget:
         stream_options: dict[str, Any] = {"include_usage": True}
         if self.per_chunk_usage:
             stream_options["continuous_usage_stats"] = True
-        b: dict[str, Any] = {"stream": True, "stream_options": stream_options, "temperature": self.temperature}
+        b: dict[str, Any] = {"stream": True, "stream_options": stream_options}
+        if self.temperature is not None:
+            b["temperature"] = self.temperature
         if self.model:
             b["model"] = self.model
         if self.api == "chat":

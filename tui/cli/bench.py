@@ -57,6 +57,7 @@ def register(sub) -> None:
     lo.add_argument("--duration", type=float, help="stop sending after S seconds")
     lo.add_argument("--warmup", type=int, default=0, help="warm-up requests, excluded from results")
     lo.add_argument("--no-ignore-eos", action="store_true", help="do not send ignore_eos (for servers that reject it)")
+    lo.add_argument("--temperature", type=float, help="sampling temperature (default: the server's; 0 = greedy)")
     lo.add_argument("--per-chunk-usage", action="store_true", help="ask vLLM for usage on every chunk (exact tokens per chunk)")
     lo.add_argument("--timeout", type=float, default=6 * 3600, help="per-request timeout in seconds")
     o = p.add_argument_group("output")
@@ -212,6 +213,7 @@ def _target(args):
             api=args.api,
             region=args.region,
             ignore_eos=not args.no_ignore_eos,
+            temperature=args.temperature,
             timeout_s=args.timeout,
         )
     from core.load.openai import OpenAITarget
@@ -224,6 +226,7 @@ def _target(args):
         transport=args.transport,
         ignore_eos=not args.no_ignore_eos,
         per_chunk_usage=args.per_chunk_usage,
+        temperature=args.temperature,
         timeout_s=args.timeout,
     )
 
