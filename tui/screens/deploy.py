@@ -163,10 +163,7 @@ class DeployScreen(KneeScreen):
         if plan is None:
             self.notify("no valid plan to apply", severity="warning")
             return
-        from core.deploy import summary_lines
-
-        body = "\n".join(summary_lines(plan)) + "\n\nThis creates billable SageMaker resources:\n" + "\n".join(
-            f"  {kind} {name}" for kind, name in plan.resources)
+        body = confirm_body(plan)
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -245,3 +242,26 @@ class DeployScreen(KneeScreen):
 
     def action_leave_field(self) -> None:
         self.set_focus(None)
+
+
+def confirm_body(plan) -> str:
+    """What the confirmation must say before anything billable is created: where, how many
+    instances, what it costs, and every resource that will exist afterwards."""
+    z = plan.sizing
+
+    def money(v: float | None, unit: str) -> str:
+        return "unknown" if v is None else f"${v:,.2f}{unit}"
+
+    lines = [
+        f"{plan.source.label}",
+        f"{plan.container_title} on {z.instance_count} x {plan.instance.name} in {plan.region}",
+        f"{z.total_copies} model cop{'y' if z.total_copies == 1 else 'ies'} of {z.gpus_per_copy} GPU(s) "
+        f"({z.copies_per_instance} per instance)",
+        f"cost {money(z.cost_per_hour, '/h')} · {money(z.cost_per_1m_output_tokens, ' per 1M output tokens')}"
+        + (" (price uncertain)" if z.price_uncertain else ""),
+        "",
+        "creates (billable until torn down):",
+        *(f"  {kind} {name}" for kind, name in plan.resources),
+    ]
+    lines += [f"! {w}" for w in plan.warnings]
+    return "\n".join(lines)

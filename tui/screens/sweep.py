@@ -69,6 +69,10 @@ class SweepScreen(KneeScreen):
     def on_mount(self) -> None:
         self.watch(self.knee, "sweep", self._sweep_changed)
 
+    def on_resize(self) -> None:
+        # On a 24-line terminal the table keeps most of the height.
+        self.set_class(self.size.height < 28, "-short")
+
     # ---- following --------------------------------------------------------------------------
     def _sweep_changed(self, snap: SweepSnapshot | None) -> None:
         self.set_class(snap is not None, "-following")

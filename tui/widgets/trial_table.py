@@ -12,9 +12,10 @@ from tui.data.sweep_state import RowView
 
 STATUS_STYLE = {"ok": "green", "failed": "red", "running": "yellow", "pending": "dim", "skipped": "dim",
                 "interrupted": "magenta"}
-COLUMNS = (("trial", "#"), ("status", "status"), ("server", "server args"), ("load", "load"),
-           ("ttft", "TTFT p99"), ("itl", "ITL p99"), ("e2e", "E2E p99"), ("rps", "req/s"),
-           ("tps", "tok/s"), ("slo", "SLO"), ("reason", "reason"))
+# The verdict and throughput come first, so they stay on screen at 80 columns.
+COLUMNS = (("trial", "#"), ("status", "status"), ("slo", "SLO"), ("server", "server args"), ("load", "load"),
+           ("rps", "req/s"), ("tps", "tok/s"), ("e2e", "E2E p99"), ("ttft", "TTFT p99"), ("itl", "ITL p99"),
+           ("reason", "reason"))
 
 
 def _ms(v: float | None) -> str:
@@ -28,14 +29,14 @@ def _cells(r: RowView) -> tuple[object, ...]:
     return (
         str(r.trial_id),
         Text(r.status, STATUS_STYLE.get(r.status, "")),
+        slo,
         r.server_args,
         r.load,
-        _ms(r.ttft_p99),
-        _ms(r.itl_p99),
-        _ms(r.e2e_p99),
         "" if r.req_s is None else f"{r.req_s:.2f}",
         "" if r.tok_s is None else f"{r.tok_s:.0f}",
-        slo,
+        _ms(r.e2e_p99),
+        _ms(r.ttft_p99),
+        _ms(r.itl_p99),
         r.reason,
     )
 
