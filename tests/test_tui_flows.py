@@ -229,3 +229,51 @@ async def test_quitting_during_a_sweep_asks_and_can_leave_it_running(tmp_path):
     finally:
         app.sweep_control.stop(study)
         store.close()
+
+
+async def test_garbage_in_every_plan_field_is_reported_and_never_crashes():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        for inp in list(screen.query("#plan-form Input")):
+            if inp.id == "plan-path":
+                continue
+            before = inp.value
+            inp.value = "%%% not valid ;;; [1,"
+            await settle(pilot)
+            if inp.id in ("dataset_path",):
+                assert "no file at" in note(app, inp.id)
+            elif inp.id in ("url", "endpoint_name"):
+                pass  # hidden unless their engine is chosen
+            else:
+                assert screen.query_one(f"#field-{inp.id}").has_class("-invalid"), inp.id
+                assert note(app, inp.id).startswith("✗ ")
+            inp.value = before
+            await settle(pilot)
+        assert app.is_running and app.plan == demo_plan()
+
+
+async def test_the_palette_picks_an_instance_from_the_catalog():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"instance ml.p4d.24xlarge")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.plan.instance == "ml.p4d.24xlarge"
+        assert app.screen.field("hardware").value == "ml.p4d.24xlarge"
+
+
+async def test_a_model_that_does_not_fit_is_explained_on_the_estimate():
+    app = make_app(demo_plan().model_copy(update={"model": "meta-llama/Llama-3.1-70B", "instance": None,
+                                                  "gpu": "L4", "num_gpus": 1}))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f2")
+        await settle(pilot)
+        limits = str(app.screen.query_one("#est-limits").render())
+        assert "no configuration fits" in limits
+        assert "use more GPUs" in limits  # the memory plan's reason for TP1

@@ -189,6 +189,17 @@ class KneeApp(App[None]):
                             lambda: self.use_plan(demo_plan()))
         yield SystemCommand("Toggle light/dark", "Switch between the light and dark themes (t)",
                             self.action_toggle_theme)
+        # The catalogs, searchable by the palette's fuzzy match: pick a model or an instance.
+        from core.catalog import bundled_models, instances
+
+        for ref in bundled_models():
+            yield SystemCommand(f"Model: {ref}", "Plan this model (bundled architecture)",
+                                lambda r=ref: self.use_plan(self.plan.model_copy(update={"model": r})))
+        for inst in sorted(instances().values(), key=lambda i: i.name):
+            price = f", ${inst.price_per_hour:.2f}/h" if inst.price_per_hour else ""
+            yield SystemCommand(f"Instance: {inst.name}", f"{inst.num_gpus}x {inst.gpu}{price}",
+                                lambda n=inst.name: self.use_plan(self.plan.model_copy(
+                                    update={"instance": n, "gpu": None, "num_gpus": None})))
 
 
 def make_app(plan: Plan | None = None, plan_path: str | Path | None = None, *, storage: str | None = None,
