@@ -69,11 +69,12 @@ class KneeApp(App[None]):
     """The configuration chosen on the Pareto screen, for Deploy."""
 
     def __init__(self, plan: Plan | None = None, plan_path: Path | None = None, storage: str | None = None,
-                 study: str | None = None, deploy_clients: Any = None) -> None:
+                 study: str | None = None, deploy_clients: Any = None, deploy_options: Any = None) -> None:
         super().__init__()
         self.plan_path = plan_path
         self.sweep_control = SweepControl(storage)
         self.deploy_clients = deploy_clients  # None: boto3 clients made when applying
+        self.deploy_options = deploy_options  # None: core.deploy.ApplyOptions() (15 s polls)
         self._initial_study = study
         if plan is not None:
             self.plan = plan
@@ -203,7 +204,7 @@ class KneeApp(App[None]):
 
 
 def make_app(plan: Plan | None = None, plan_path: str | Path | None = None, *, storage: str | None = None,
-             study: str | None = None, deploy_clients: Any = None) -> KneeApp:
+             study: str | None = None, deploy_clients: Any = None, deploy_options: Any = None) -> KneeApp:
     """The one way to build the app: the CLI, the tests and the screenshot script call it.
 
     Args:
@@ -213,9 +214,11 @@ def make_app(plan: Plan | None = None, plan_path: str | Path | None = None, *, s
         study: a study to follow from the start (``knee attach`` opens the app this way).
         deploy_clients: AWS clients for Deploy (``core.deploy.apply.AwsClients``); tests pass
             clients bound to moto; None makes real ones when the user applies.
+        deploy_options: a ``core.deploy.ApplyOptions`` template (poll interval, timeouts) for
+            apply and teardown; tests poll moto fast.
     """
     path = Path(plan_path) if plan_path else None
     if plan is None and path is not None and path.exists():
         plan = Plan.load(path)
     return KneeApp(plan=plan or demo_plan(), plan_path=path, storage=storage, study=study,
-                   deploy_clients=deploy_clients)
+                   deploy_clients=deploy_clients, deploy_options=deploy_options)

@@ -8,6 +8,7 @@ applying polls AWS for minutes: both run in thread workers and report through me
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 from textual import on, work
@@ -200,9 +201,10 @@ class DeployScreen(KneeScreen):
 
         self._cancel = threading.Event()
         self.post_message(DeployProgress("apply", f"deploying {plan.name} to {plan.region}"))
+        options = dataclasses.replace(self.knee.deploy_options or ApplyOptions(), cancel=self._cancel)
         try:
             result = apply_plan(plan, confirmed=True, clients=self.knee.deploy_clients, progress=self._progress,
-                                options=ApplyOptions(cancel=self._cancel))
+                                options=options)
         except KneeError as e:
             self.post_message(DeployProgress("apply", done=True, error=str(e)))
             return
@@ -218,7 +220,7 @@ class DeployScreen(KneeScreen):
         self.post_message(DeployProgress("delete", f"deleting {name}"))
         try:
             result = delete_deployment(name, confirmed=True, region=region, clients=self.knee.deploy_clients,
-                                       progress=self._progress)
+                                       progress=self._progress, options=self.knee.deploy_options)
         except Exception as e:  # as for apply
             self.post_message(DeployProgress("delete", done=True, error=f"{type(e).__name__}: {e}"))
             return
