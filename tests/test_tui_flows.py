@@ -277,3 +277,25 @@ async def test_a_model_that_does_not_fit_is_explained_on_the_estimate():
         limits = str(app.screen.query_one("#est-limits").render())
         assert "no configuration fits" in limits
         assert "use more GPUs" in limits  # the memory plan's reason for TP1
+
+
+@pytest.mark.slow
+async def test_pause_interrupts_the_runner_and_resume_continues_the_study(tmp_path):
+    plan = demo_plan().model_copy(update={
+        "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
+        "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
+    })
+    app = make_app(plan, storage=str(tmp_path / "knee.db"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f3", "n")
+        await wait_until(pilot, lambda: app.sweep is not None and app.sweep.running)
+        study = app.sweep.study
+        await pilot.press("p")
+        await wait_until(pilot, lambda: app.sweep.status == "interrupted" and not app.sweep.runner_alive)
+        done_before = app.sweep.done_points
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.sweep.running)
+        assert app.sweep.study == study  # the same study goes on
+        await wait_until(pilot, lambda: app.sweep.done_points > done_before, timeout=60)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: app.sweep.status == "interrupted" and not app.sweep.runner_alive)
