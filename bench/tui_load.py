@@ -105,8 +105,6 @@ def live_writer(storage: str, seconds: float, ready) -> None:
 
 
 async def measure(storage: str, seconds: float) -> dict[str, float]:
-    from textual import events  # noqa: F401  (imported for the key events pilot sends)
-
     from tui.app import make_app
     from tui.demo import demo_sweep_plan
     from tui.screens.pareto import ParetoScreen

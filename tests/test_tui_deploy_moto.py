@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from test_deploy_moto import EXT, NOTHING, ROLE, _fast, _leftovers, aws, moto_url  # noqa: F401 (fixtures)
+from test_deploy_moto import NOTHING, ROLE, _fast, _leftovers, aws, moto_url  # noqa: F401 (fixtures)
 from tui.app import make_app
 from tui.demo import DEMO_STUDY, demo_sweep_plan, make_demo_study, settle
 from tui.screens.confirm import ConfirmDialog

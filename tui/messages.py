@@ -19,15 +19,6 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class PlanChecked(Message):
-    """The Plan form was validated: ``plan`` is set when every field is good; ``errors`` maps
-    a field id to the reason it is wrong."""
-
-    plan: "Plan | None"
-    errors: dict[str, str]
-
-
-@dataclass
 class ModelResolved(Message):
     """The model reference in the plan was looked up (catalog, cache or hub)."""
 
