@@ -40,7 +40,7 @@ class ParetoPlot(SafePlot):
         if len(view.frontier) > 1:
             plt.plot(*xy(view.frontier), marker="braille", color="green", label="frontier")
         if view.knee is not None:
-            plt.scatter(*xy([view.knee]), marker="◆", color="yellow", label="knee")
+            plt.scatter(*xy([view.knee]), marker="◆", color="orange", label="knee")
         sel = next((d for d in (*view.measured, *view.failed_slo, *view.imported) if d.key == selected), None)
         if sel is not None:
             plt.scatter(*xy([sel]), marker="▣", label="selected")

@@ -48,7 +48,7 @@ class PointTable(DataTable):
         dots = {d.key: d for d in (*view.measured, *view.failed_slo, *view.imported)}
         for key in [*front, *[d.key for d in rest]]:
             p, d = view.points[key], dots.get(key)
-            mark = Text("◆", "yellow") if view.knee and key == view.knee.key else Text("●", "green") if key in front else Text("")
+            mark = Text("◆", "dark_orange") if view.knee and key == view.knee.key else Text("●", "green") if key in front else Text("")
             slo = Text("") if p.meets_slo is None else Text("pass", "green") if p.meets_slo else Text("fail", "red")
             self.add_row(mark, str(p.trial_id), _args(p.server_args), _load(p.client_args),
                          _fmt(d.x if d else None), _fmt(d.y if d else None), slo, key=key)

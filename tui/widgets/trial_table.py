@@ -10,7 +10,7 @@ from textual.widgets import DataTable
 
 from tui.data.sweep_state import RowView
 
-STATUS_STYLE = {"ok": "green", "failed": "red", "running": "yellow", "pending": "dim", "skipped": "dim",
+STATUS_STYLE = {"ok": "green", "failed": "red", "running": "dark_orange", "pending": "dim", "skipped": "dim",
                 "interrupted": "magenta"}
 # The verdict and throughput come first, so they stay on screen at 80 columns.
 COLUMNS = (("trial", "#"), ("status", "status"), ("slo", "SLO"), ("server", "server args"), ("load", "load"),
