@@ -299,3 +299,20 @@ async def test_pause_interrupts_the_runner_and_resume_continues_the_study(tmp_pa
         await wait_until(pilot, lambda: app.sweep.done_points > done_before, timeout=60)
         await pilot.press("p")
         await wait_until(pilot, lambda: app.sweep.status == "interrupted" and not app.sweep.runner_alive)
+
+
+async def test_engine_choice_shows_its_own_fields_with_their_checks():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert not screen.field("url").display
+        screen.query_one("#engine").value = "external"
+        await settle(pilot)
+        assert screen.field("url").display
+        assert "needs the server's URL" in note(app, "url")
+        assert app.plan.engine == "sim"  # not valid yet
+        await set_field(pilot, "url", "ftp://example")
+        assert "is not an http(s) URL" in note(app, "url")
+        await set_field(pilot, "url", "http://127.0.0.1:8000")
+        assert app.plan.engine == "external" and app.plan.url == "http://127.0.0.1:8000"
