@@ -121,6 +121,12 @@ class OpenAITarget:
     def transport_name(self) -> str:
         return self.transport.name if self.transport else (self._transport_kind or "")
 
+    @property
+    def timestamps(self) -> str:
+        """Where chunk stamps come from: "kernel" (socket receive time, see core.load.rawhttp),
+        "user" (when the client read them) or "mixed"."""
+        return getattr(self.transport, "timestamps", "user")
+
     async def open(self, limit: int) -> None:
         self.transport = make_transport(self._transport_kind, limit, self._timeout_s)
         await self.transport.open()

@@ -37,6 +37,9 @@ and process CPU time / wall time says whether the one core is saturated. When la
 say the client, not the server, limited the measurement, ``health.warning`` says so and
 :func:`run_load` appends it to ``result.notes``. A lagging client reads TTFT too high and
 TPOT too low (stack.md), so this is reported beside the metrics, not hidden.
+``health.timestamps`` says where chunk stamps came from: ``"kernel"`` (the socket's receive
+time, :mod:`core.load.rawhttp`) — then a lagging loop no longer delays them, though sends
+still wait for it — or ``"user"`` (when the client read the bytes).
 
 Token counts: a request without ``usage`` gets its OSL by retokenizing its joined text with
 ``tokenizer`` (``add_special_tokens=False``) after the run; with no tokenizer, by counting
@@ -109,6 +112,9 @@ class ClientHealth:
     send_lag_max_ms: float = 0.0
     cpu_fraction: float = 0.0  # process CPU seconds / wall seconds (1.0 = one core busy)
     warning: str | None = None
+    # "kernel": chunk stamps are the kernel's receive times, immune to client scheduling;
+    # "user": taken when the client read the bytes; "mixed": some of each (core.load.rawhttp)
+    timestamps: str = "user"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -118,6 +124,7 @@ class ClientHealth:
             "send_lag_max_ms": self.send_lag_max_ms,
             "cpu_fraction": self.cpu_fraction,
             "warning": self.warning,
+            "timestamps": self.timestamps,
         }
 
 
@@ -403,7 +410,7 @@ async def run_load(
     summary = summarize(records, duration, slo, percentiles)
     lag_p99, lag_max = _p99_ms(lag.samples)
     send_p99, send_max = _p99_ms(send_lags)
-    health = ClientHealth(lag_p99, lag_max, send_p99, send_max, cpu)
+    health = ClientHealth(lag_p99, lag_max, send_p99, send_max, cpu, timestamps=getattr(target, "timestamps", "user"))
     health.warning = _diagnose(lag_p99, send_p99, cpu)
     if health.warning:
         notes.append(health.warning)
