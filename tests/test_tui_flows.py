@@ -316,3 +316,28 @@ async def test_engine_choice_shows_its_own_fields_with_their_checks():
         assert "is not an http(s) URL" in note(app, "url")
         await set_field(pilot, "url", "http://127.0.0.1:8000")
         assert app.plan.engine == "external" and app.plan.url == "http://127.0.0.1:8000"
+
+
+async def test_the_selected_trial_shows_the_tail_of_its_server_log(tmp_path):
+    from core.results.store import StudyStore
+    from core.sweep import create_study
+    from tui.data.sweep_control import spec_from_plan
+
+    log = tmp_path / "trial-0.log"
+    log.write_text("".join(f"INFO line {i}\n" for i in range(5000)) + "INFO Application startup complete.\n")
+    storage = str(tmp_path / "knee.db")
+    store = StudyStore(storage)
+    create_study(store, spec_from_plan(demo_sweep_plan()), name="with-log")
+    store.upsert_trial("with-log", "{}", {"tensor_parallel_size": 1}, status="failed", reason="crashed: exit 1",
+                       log_path=str(log))
+    store.close()
+    app = make_app(storage=storage, study="with-log")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: app.sweep is not None and app.screen.table.row_count == 1)
+        await settle(pilot)
+        shown = app.screen.log_view.lines
+        assert shown[-1] == "INFO Application startup complete."
+        assert len(shown) <= 200  # only the tail is read
+        row = app.screen.table.selected()
+        assert row.status == "failed" and row.reason == "crashed: exit 1"

@@ -63,6 +63,10 @@ class EstimateScreen(KneeScreen):
     def on_mount(self) -> None:
         self.watch(self.knee, "plan", self._plan_changed)
 
+    def on_resize(self) -> None:
+        # The chart and the limits side by side when there is room, stacked at 80 columns.
+        self.set_class(self.size.width < 100, "-narrow")
+
     def _plan_changed(self, plan: Plan) -> None:
         self.query_one("#est-title", Static).update(f"estimating {plan.model}…")
         self.compute(plan)

@@ -9,6 +9,8 @@ interrupt and resume it, and leaving the app leaves it running.
 
 from __future__ import annotations
 
+import time
+
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -36,6 +38,8 @@ class SweepScreen(KneeScreen):
     def __init__(self) -> None:
         super().__init__()
         self.follow_newest = True
+        self._log_shown: tuple[int, str] | None = None
+        self._log_read_at = 0.0
 
     # ---- accessors ----------------------------------------------------------------------
     @property
@@ -109,7 +113,11 @@ class SweepScreen(KneeScreen):
             return
         path = snap.log_paths.get(row.trial_id)
         if path:
-            self.read_log(row.trial_id, path)
+            # Snapshots come ~12 times a second; a server log is re-read at most once a second.
+            now = time.monotonic()
+            if (row.trial_id, path) != self._log_shown or now - self._log_read_at >= 1.0:
+                self._log_shown, self._log_read_at = (row.trial_id, path), now
+                self.read_log(row.trial_id, path)
         else:
             lines = snap.events_per_trial.get(row.trial_id, ())
             kind = "simulated trial: events" if snap.simulated else "events"
