@@ -8,8 +8,19 @@ server's gap. Connections are opened by a warm-up round first: the test is about
 streamed tokens, not about 256 TCP handshakes. On failure the message carries the client's
 own health figures and the machine's load, which say whether the client or a busy machine
 delayed the stamps.
+
+The client stamps with the kernel's receive time (SO_TIMESTAMPNS, core/load/rawhttp.py), so
+how late its event loop gets to a read no longer matters — with one limit: TCP merges the
+segments a connection leaves unread into one, stamped with the newest, so the client (and the
+server, whose writes are the cadence) must each get a CPU within every 5 ms gap. On a shared
+2-core box other sessions' work holds them off for 10-50 ms at a time (measured: 40% of reads
+merged, p99 ITL error 9-25 ms), and ``nice`` cannot help across sessions (autogroup). So, when
+the OS allows it (root or CAP_SYS_NICE), both test processes run SCHED_RR for the measurement
+only: the test is about the client's stamps, not about the machine's other tenants. Where it is
+not allowed, the test runs as before at normal priority, and the failure message says so.
 """
 
+import contextlib
 import os
 
 import numpy as np
@@ -21,6 +32,31 @@ from core.spec import LoadPoint
 from support.cadence_server import start_cadence_server
 
 STREAMS, OSL = 256, 40
+
+
+@contextlib.contextmanager
+def _realtime(server_pid: int):
+    """SCHED_RR (priority 1) for this thread and the server process, restored after; yields
+    whether it was granted."""
+    rr = getattr(os, "SCHED_RR", None)
+    if rr is None:
+        yield False
+        return
+    try:
+        before = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(server_pid, rr, os.sched_param(1))
+        os.sched_setscheduler(0, rr, os.sched_param(1))
+    except (PermissionError, OSError):
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(server_pid, os.SCHED_OTHER, os.sched_param(0))
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, before[0], before[1])
+        with contextlib.suppress(OSError):  # the server may be gone already
+            os.sched_setscheduler(server_pid, os.SCHED_OTHER, os.sched_param(0))
 
 
 def test_ttft_and_itl_within_1ms_of_truth_at_p99_with_256_streams():
@@ -35,7 +71,8 @@ def test_ttft_and_itl_within_1ms_of_truth_at_p99_with_256_streams():
         measured = [Prompt(f"cad{i}", 1, OSL) for i in range(STREAMS)]
         warm = [Prompt(f"warm{i}", 1, 1) for i in range(STREAMS)]
         target = OpenAITarget(srv.url, "cadence")
-        res = run_load_sync(target, measured + warm, LoadPoint(concurrency=STREAMS, num_prompts=STREAMS), warmup=STREAMS)
+        with _realtime(srv.proc.pid) as realtime:
+            res = run_load_sync(target, measured + warm, LoadPoint(concurrency=STREAMS, num_prompts=STREAMS), warmup=STREAMS)
         truth = srv.truth()
     finally:
         srv.stop()
@@ -52,7 +89,8 @@ def test_ttft_and_itl_within_1ms_of_truth_at_p99_with_256_streams():
     p99_ttft, p99_itl = np.percentile(ttft_err, 99), np.percentile(itl_err, 99)
     why = (
         f"p99 error TTFT {p99_ttft:.3f} ms, ITL {p99_itl:.3f} ms (max {ttft_err.max():.2f} / {itl_err.max():.2f}); "
-        f"client: {res.health.as_dict()}; load average {os.getloadavg()} on {os.cpu_count()} CPUs"
+        f"client: {res.health.as_dict()}; test processes {'SCHED_RR' if realtime else 'at normal priority (SCHED_RR not permitted)'}; "
+        f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"
     )
     print(why)
     assert p99_ttft < 1.0, why
