@@ -19,6 +19,7 @@ from core.results.store import StudyStore
 from core.spec.study import PointRow, TrialRow
 
 SPARK_LEN = 60  # samples of tokens/s kept for the sparkline (15 s at the runner's 4 Hz)
+ROW_EVERY_S = 0.5  # how often the study row (status, runner pid, heartbeat) is re-read
 
 
 def _args(d: dict[str, Any]) -> str:
@@ -146,6 +147,8 @@ class SweepFollower:
         self._stale = True  # the stored rows hold more than the events told
         self._last_full = -1e9
         self._reading: Future | None = None
+        self._study_row: dict[str, Any] = {}
+        self._row_at = -1e9
         self._pool: ThreadPoolExecutor | None = None
         self._snapshot: SweepSnapshot | None = None
 
@@ -159,16 +162,23 @@ class SweepFollower:
 
         from core.sweep import runner_alive
 
-        # The study row first, then the events: a status of "done" then comes with every
-        # event the runner wrote before it.
-        study = self.store.study(self.study) or {}
+        # The study row (status, runner liveness) is read twice a second, not every tick:
+        # each store call hands the GIL back and forth with the UI thread, and a poll with
+        # fewer calls keeps its cadence under load. Row first, then events, so a "done"
+        # status comes with every event the runner wrote before it.
+        now = time.monotonic()
+        row_due = self._snapshot is None or now - self._row_at >= ROW_EVERY_S
+        if row_due:
+            self._study_row, self._row_at = self.store.study(self.study) or {}, now
         events = self.store.events(self.study, after=self._seq)
+        if not row_due and any(e.kind in ("study_started", "study_done", "study_interrupted") for e in events):
+            self._study_row, self._row_at = self.store.study(self.study) or {}, now
+        study = self._study_row
         alive = runner_alive(study) if study else False
         status = study.get("status", "unknown")
         for e in events:
             self._seq = e.seq
             self._apply(e.kind, e.data)
-        now = time.monotonic()
         prev = self._snapshot
         ended = status != "running" or not alive
         merged = False
