@@ -57,13 +57,13 @@ def parse_hardware(text: str) -> dict[str, object]:
         from core.errors import BadInput
 
         raise BadInput("no hardware given", "type a SageMaker instance (ml.g6.12xlarge) or GPUs (4x L4)")
+    # Instance names, with or without the "ml." prefix ("g6.12xlarge" is not 12 GPUs).
     if t.startswith("ml.") or "xlarge" in t:
         inst = get_instance(t)
         return {"instance": inst.name, "gpu": None, "num_gpus": None}
     m = _GPU_COUNT.match(t)
     if m:
         count, name = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
-        # "p4d.24xlarge"-style names without the ml. prefix are instances, not counts
         gpu = get_gpu(name.strip())
         return {"instance": None, "gpu": gpu.name, "num_gpus": int(count)}
     gpu = get_gpu(t)

@@ -10,6 +10,7 @@ It never writes: closing the app, or losing the terminal, leaves the runner alon
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -158,8 +159,6 @@ class SweepFollower:
 
     def poll(self) -> SweepSnapshot | None:
         """A new snapshot when something changed since the last call, else None."""
-        import time
-
         from core.sweep import runner_alive
 
         # The study row (status, runner liveness) is read twice a second, not every tick:

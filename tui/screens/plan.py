@@ -69,7 +69,6 @@ class PlanScreen(KneeScreen):
         super().__init__()
         # ref -> (summary, error): the model lookup is slow once, instant after
         self._models: dict[str, tuple[str | None, str | None]] = {}
-        self._loading = False  # set while the form is filled from a plan (no re-check per field)
 
     # ---- accessors ----------------------------------------------------------------------
     def field(self, field_id: str) -> FormField:
@@ -116,7 +115,7 @@ class PlanScreen(KneeScreen):
     @on(Input.Changed)
     @on(Select.Changed)
     def _changed(self, event: Input.Changed | Select.Changed) -> None:
-        if not self._loading and event.control.id != "plan-path":
+        if event.control.id != "plan-path":
             self.recheck()
 
     def values(self) -> dict[str, str]:
@@ -172,14 +171,9 @@ class PlanScreen(KneeScreen):
 
     # ---- actions ------------------------------------------------------------------------
     def fill(self, plan: Plan) -> None:
-        """Put ``plan`` into the form."""
-        self._loading = True
-        try:
-            for fid, value in fields_from_plan(plan).items():
-                self.field(fid).value = value
-        finally:
-            self._loading = False
-        self.call_after_refresh(self.recheck)
+        """Put ``plan`` into the form (each field's Changed message re-checks the form)."""
+        for fid, value in fields_from_plan(plan).items():
+            self.field(fid).value = value
 
     def _note(self, text: str, error: bool = False) -> None:
         note = self.query_one("#file-note", Static)
