@@ -20,7 +20,7 @@ from tui.data.selection import Selection
 from tui.data.sweep_state import SweepSnapshot
 from tui.messages import StudyLoaded
 from tui.screens.base import KneeScreen
-from tui.widgets.pareto_plot import ParetoPlot
+from tui.widgets.pareto_plot import LEGEND, ParetoPlot
 from tui.widgets.point_table import PointTable
 
 METRIC_KEYS = [k for k, _ in METRICS]
@@ -146,7 +146,8 @@ class ParetoScreen(KneeScreen):
         self.view = build(m.points, self.x, self.y, slo, m.predicted)
         self.query_one("#axes", Static).update(
             f"x [b]{LABELS[self.x]}[/b] ({better_label(self.x)}) · y [b]{LABELS[self.y]}[/b] ({better_label(self.y)})\n"
-            f"[dim]{len(self.view.frontier)} on the frontier · ◆ knee · v x y change axes · d deploy[/dim]"
+            f"{LEGEND}\n"
+            f"[dim]{len(self.view.frontier)} on the frontier · v x y change axes · d or Enter: deploy the highlighted point[/dim]"
         )
         self.table.show(self.view)
         self._show_selected()
