@@ -20,7 +20,6 @@ only: the test is about the client's stamps, not about the machine's other tenan
 not allowed, the test runs as before at normal priority, and the failure message says so.
 """
 
-import contextlib
 import os
 
 import numpy as np
@@ -30,33 +29,9 @@ from core.load.openai import OpenAITarget
 from core.load.runner import run_load_sync
 from core.spec import LoadPoint
 from support.cadence_server import start_cadence_server
+from support.sched import realtime
 
 STREAMS, OSL = 256, 40
-
-
-@contextlib.contextmanager
-def _realtime(server_pid: int):
-    """SCHED_RR (priority 1) for this thread and the server process, restored after; yields
-    whether it was granted."""
-    rr = getattr(os, "SCHED_RR", None)
-    if rr is None:
-        yield False
-        return
-    try:
-        before = os.sched_getscheduler(0), os.sched_getparam(0)
-        os.sched_setscheduler(server_pid, rr, os.sched_param(1))
-        os.sched_setscheduler(0, rr, os.sched_param(1))
-    except (PermissionError, OSError):
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(server_pid, os.SCHED_OTHER, os.sched_param(0))
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        os.sched_setscheduler(0, before[0], before[1])
-        with contextlib.suppress(OSError):  # the server may be gone already
-            os.sched_setscheduler(server_pid, os.SCHED_OTHER, os.sched_param(0))
 
 
 def test_ttft_and_itl_within_1ms_of_truth_at_p99_with_256_streams():
@@ -71,7 +46,7 @@ def test_ttft_and_itl_within_1ms_of_truth_at_p99_with_256_streams():
         measured = [Prompt(f"cad{i}", 1, OSL) for i in range(STREAMS)]
         warm = [Prompt(f"warm{i}", 1, 1) for i in range(STREAMS)]
         target = OpenAITarget(srv.url, "cadence")
-        with _realtime(srv.proc.pid) as realtime:
+        with realtime([0, srv.proc.pid]) as rt:
             res = run_load_sync(target, measured + warm, LoadPoint(concurrency=STREAMS, num_prompts=STREAMS), warmup=STREAMS)
         truth = srv.truth()
     finally:
@@ -89,7 +64,7 @@ def test_ttft_and_itl_within_1ms_of_truth_at_p99_with_256_streams():
     p99_ttft, p99_itl = np.percentile(ttft_err, 99), np.percentile(itl_err, 99)
     why = (
         f"p99 error TTFT {p99_ttft:.3f} ms, ITL {p99_itl:.3f} ms (max {ttft_err.max():.2f} / {itl_err.max():.2f}); "
-        f"client: {res.health.as_dict()}; test processes {'SCHED_RR' if realtime else 'at normal priority (SCHED_RR not permitted)'}; "
+        f"client: {res.health.as_dict()}; test processes {'SCHED_RR' if rt else 'at normal priority (SCHED_RR not permitted)'}; "
         f"load average {os.getloadavg()} on {os.cpu_count()} CPUs"
     )
     print(why)

