@@ -36,9 +36,10 @@ from tui.screens.sweep import SweepScreen
 
 MODE_KEYS = (("plan", "Plan", "1", "f1"), ("estimate", "Estimate", "2", "f2"), ("sweep", "Sweep", "3", "f3"),
              ("pareto", "Pareto", "4", "f4"), ("deploy", "Deploy", "5", "f5"))
-# The follower reads the store at 12 Hz, so the screen can show >= 10 updates/s under a live
-# sweep (bench/tui_load.py); SweepUpdated coalesces whatever the UI has not drawn yet.
-POLL_S = 1 / 12
+# The follower reads the store at 15 Hz, so the screen shows >= 10 updates/s under a live sweep
+# even when a loaded machine costs it some ticks (bench/tui_load.py: at 12 Hz it reached 10.2/s
+# on a quiet 2-core box and ~7/s on a busy one); SweepUpdated coalesces what the UI has not drawn.
+POLL_S = 1 / 15
 IDLE_POLL_S = 1.0  # after the sweep ended (a resume elsewhere is still noticed)
 
 

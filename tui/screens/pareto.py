@@ -211,7 +211,7 @@ class ParetoScreen(KneeScreen):
         self.app.switch_mode("deploy")
 
 
-def _predict_candidates(points: list, x: str, y: str, limit: int = 150) -> list:
+def _predict_candidates(points: list, x: str, y: str, limit: int = 60) -> list:
     from core.results.analysis import direction, metric_value
 
     ok = [p for p in points if p.status == "ok"]
