@@ -6,6 +6,11 @@ pre-encoded SSE, one timer for all streams, one ``transport.write`` per token â€
 token than any client it measures (its CPU share is printed beside each row). Each token
 is stamped by the server just before its write (``perf_counter``, CLOCK_MONOTONIC, shared by
 all processes), so a client's timestamp error is simply its stamp minus the server's.
+knee's raw transport stamps with the kernel's receive time (SO_TIMESTAMPNS, see
+core/load/rawhttp.py), the others when their code first sees the bytes; either way TCP merges
+segments a connection leaves unread, so a client must still read each stream within one
+inter-token gap. Nothing here raises priorities: figures depend on what else the machine runs
+(the load average is printed), and on a busy box no client stays under 1 ms.
 
 For each client and stream count C (first token after 10 ms, then one per ``--itl`` ms,
 ``--osl`` tokens per request, 2Â·C requests, closed loop at C), we record achieved output

@@ -8,8 +8,9 @@ so the transport must hand bytes over as soon as they arrive, never waiting to f
 
 Implementations (``make_transport(kind, ...)``):
 
-- ``"raw"`` — knee's own HTTP/1.1 client on ``asyncio.Protocol`` (:mod:`core.load.rawhttp`):
-  stamps bytes in ``data_received`` and feeds the SSE parser there, no task switch per chunk.
+- ``"raw"`` — knee's own HTTP/1.1 client (:mod:`core.load.rawhttp`): stamps each read with
+  the kernel's receive time (SO_TIMESTAMPNS, plain TCP on Linux; else when the loop first sees
+  the bytes) and feeds the SSE parser there, no task switch per chunk.
 - ``"httpx-aiohttp"`` — the httpx API over ``httpx_aiohttp.AiohttpTransport`` with knee's own
   aiohttp session (one connector sized to the concurrency, 10 MB read buffer).
 - ``"aiohttp"`` — the same aiohttp session used directly, without the httpx layer.
@@ -35,11 +36,12 @@ import aiohttp
 
 READ_BUFSIZE = 10 * 1024 * 1024
 TRANSPORTS = ("raw", "aiohttp", "httpx-aiohttp", "httpx")
-# Chosen by measurement (bench/client_capacity.py, 2-core box, loopback cadence server):
-# at 256 streams the raw protocol client kept p99 timestamp error near 1 ms where aiohttp
-# (stamping when its reader coroutine resumes) was 10-30 ms, and it sustains more tokens/s;
-# the httpx API adds a per-chunk wrapper on top of aiohttp, and httpx's own transport
-# collapses under concurrency (encode/httpx#3215). Figures: the benchmark's table.
+# Chosen by measurement (bench/client_capacity.py, 2-core box, loopback cadence server, 1 ms
+# between tokens, quiet machine): raw, stamping with the kernel's receive time, sustained
+# 119,900 tok/s (128 streams) at p99 timestamp error 0.005 ms; aiohttp (stamping when its
+# reader coroutine resumes) 59,500 tok/s at p99 0.3 ms and 6.9 ms at 128 streams; the httpx
+# API adds a per-chunk wrapper on top of aiohttp (never under 1 ms at p99 there), and httpx's
+# own transport collapses under concurrency (encode/httpx#3215); vllm bench serve 29,000.
 DEFAULT_TRANSPORT = "raw"
 
 
