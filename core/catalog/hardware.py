@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from core.errors import BadInput
 from core.spec.hardware import GPU, Hardware, Instance
+from core.tomlfile import read_toml
 
 
 def _user_catalog_path() -> Path | None:
@@ -26,15 +27,6 @@ def _user_catalog_path() -> Path | None:
         return Path(env)
     p = Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config")) / "knee" / "catalog.toml"
     return p if p.exists() else None
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"catalog override {path} does not exist", "fix or unset KNEE_CATALOG") from None
-    except tomllib.TOMLDecodeError as e:
-        raise BadInput(f"catalog override {path} is not valid TOML: {e}") from None
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -53,7 +45,7 @@ def _load(user_path: str | None) -> tuple[dict[str, GPU], dict[str, Instance]]:
     gpus_raw = tomllib.loads(data.joinpath("gpus.toml").read_text())["gpus"]
     inst_raw = tomllib.loads(data.joinpath("instances.toml").read_text())["instances"]
     if user_path:
-        user = _read_toml(Path(user_path))
+        user = read_toml(user_path, "catalog override", "fix it or unset KNEE_CATALOG")
         gpus_raw = _merge(gpus_raw, user.get("gpus", {}))
         inst_raw = _merge(inst_raw, user.get("instances", {}))
     try:

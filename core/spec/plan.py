@@ -6,7 +6,6 @@ TOML file (``--plan FILE``). With nothing planned, knee opens :func:`demo_plan`.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.errors import BadInput
 from core.spec.slo import SLO, parse_constraints
+from core.tomlfile import read_toml
 
 Objective = Literal["max_throughput", "min_cost", "min_latency"]
 EngineName = Literal["sim", "vllm", "sglang", "custom", "external", "sagemaker"]
@@ -85,12 +85,7 @@ class Plan(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text())
-        except FileNotFoundError:
-            raise BadInput(f"plan file {p} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise BadInput(f"plan file {p} is not valid TOML: {e}") from None
+        data = read_toml(p, "plan file")
         try:
             return cls(**data.get("plan", data))
         except ValidationError as e:

@@ -9,7 +9,6 @@ reaches the server unchanged.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from core.errors import BadInput
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.study import SweepSpec, canonical_json, make_point_id
 from core.spec.workload import LengthDist, Workload
+from core.tomlfile import read_toml
 from core.sweep.grammar import ArgSet, CLIENT_ARG_TYPES, combinations, normalize_name, parse_part
 
 # server arg name → ServerConfig field (vLLM and SGLang spellings, and llm-optimizer's short ones)
@@ -256,12 +256,7 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
         tolerance = 0.05
     """
     p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"sweep file {p} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise BadInput(f"sweep file {p} is not valid TOML: {e}") from None
+    data = read_toml(p, "sweep file")
     unknown = set(data) - SWEEP_FILE_KEYS
     if unknown:
         raise BadInput(f"unknown key {sorted(unknown)[0]!r} in sweep file {p}", "known: " + ", ".join(sorted(SWEEP_FILE_KEYS)))
