@@ -4,7 +4,6 @@ see the result, tear it down. Reuses the moto server and its SageMaker extension
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
@@ -12,17 +11,9 @@ from test_deploy_moto import NOTHING, ROLE, _fast, _leftovers, aws, moto_url  # 
 from tui.app import make_app
 from tui.demo import DEMO_STUDY, demo_sweep_plan, make_demo_study, settle
 from tui.screens.confirm import ConfirmDialog
+from support.pilot import wait_until
 
 pytestmark = [pytest.mark.moto, pytest.mark.slow]
-
-
-async def _until(pilot, predicate, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.05)
 
 
 def _log(app) -> str:
@@ -35,12 +26,12 @@ async def test_apply_with_confirmation_shows_progress_and_result_then_tears_down
     app = make_app(demo_sweep_plan(), storage=storage, study=DEMO_STUDY, deploy_clients=aws, deploy_options=_fast())
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("f4")
-        await _until(pilot, lambda: getattr(app.screen, "view", None) is not None)
+        await wait_until(pilot, lambda: getattr(app.screen, "view", None) is not None, timeout=60.0)
         await pilot.press("d")
-        await _until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
+        await wait_until(pilot, lambda: getattr(app.screen, "plan", None) is not None, timeout=60.0)
         deploy = app.screen
         deploy.field("role_arn").value = ROLE
-        await _until(pilot, lambda: deploy.plan is not None and deploy.plan.role_arn == ROLE)
+        await wait_until(pilot, lambda: deploy.plan is not None and deploy.plan.role_arn == ROLE, timeout=60.0)
         await settle(pilot)
         plan = deploy.plan
 
@@ -49,7 +40,7 @@ async def test_apply_with_confirmation_shows_progress_and_result_then_tears_down
         assert isinstance(app.screen, ConfirmDialog)
         assert _leftovers(aws) == NOTHING  # nothing before the answer
         await pilot.click("#confirm")
-        await _until(pilot, lambda: "ready:" in _log(app) or "✗" in _log(app))
+        await wait_until(pilot, lambda: "ready:" in _log(app) or "✗" in _log(app), timeout=60.0)
         log = _log(app)
         assert "ready: " + plan.endpoint_name in log, log
         assert "smoke test: ok" in log
@@ -59,6 +50,6 @@ async def test_apply_with_confirmation_shows_progress_and_result_then_tears_down
         await pilot.pause()
         assert isinstance(app.screen, ConfirmDialog)
         await pilot.click("#confirm")
-        await _until(pilot, lambda: "deleted " in _log(app) or _log(app).count("✗") > 0)
+        await wait_until(pilot, lambda: "deleted " in _log(app) or _log(app).count("✗") > 0, timeout=60.0)
         assert "deleted 4 resource(s)" in _log(app), _log(app)
         assert _leftovers(aws) == NOTHING

@@ -3,14 +3,13 @@ choosing a Pareto point, the deploy preview and its confirmation, quitting mid-s
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from textual.widgets import Input
 
 from core.spec.plan import demo_plan
 from tui.app import KneeApp, make_app
-from tui.demo import DEMO_STUDY, demo_sweep_plan, make_demo_study, settle
+from tui.demo import DEMO_STUDY, demo_sweep_plan, settle
 from tui.messages import SweepUpdated
 from tui.screens.confirm import ConfirmDialog
 from tui.screens.deploy import DeployScreen
@@ -19,28 +18,7 @@ from tui.screens.pareto import ParetoScreen
 from tui.screens.plan import PlanScreen
 from tui.screens.quit_dialog import QuitDialog
 from tui.screens.sweep import SweepScreen
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    # An unknown model id must fail fast from the cache, never wait on the network.
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-@pytest.fixture(scope="module")
-def demo_storage(tmp_path_factory):
-    storage = tmp_path_factory.mktemp("store") / "knee.db"
-    make_demo_study(storage)
-    return str(storage)
-
-
-async def wait_until(pilot, predicate, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await pilot.pause(0.05)
+from support.pilot import demo_storage, offline, wait_until  # noqa: F401 (fixtures)
 
 
 async def set_field(pilot, field_id: str, text: str) -> None:

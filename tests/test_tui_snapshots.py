@@ -7,37 +7,16 @@ fixed name, nothing on screen shows a clock, workers are awaited and cursors do 
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 
 from tui.app import make_app
-from tui.demo import DEMO_STUDY, demo_sweep_plan, make_demo_study, settle
+from tui.demo import DEMO_STUDY, demo_sweep_plan, settle
 from tui.screens.quit_dialog import QuitDialog
+from support.pilot import demo_storage, offline, wait_until as _until  # noqa: F401 (fixtures)
 
 WIDE = (100, 30)
 NARROW = (80, 24)
-
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-@pytest.fixture(scope="module")
-def demo_storage(tmp_path_factory):
-    storage = tmp_path_factory.mktemp("store") / "knee.db"
-    make_demo_study(storage)
-    return str(storage)
-
-
-async def _until(pilot, predicate, timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError("screen did not load in time")
-        await pilot.pause(0.05)
 
 
 def goto(mode_key: str, ready=None):
