@@ -15,18 +15,15 @@ moments as much as the clients: a contended spell makes vLLM's frontend fall beh
 and it then merges tokens into bursts (TPOT near 0), while a quiet one streams them one by one.
 So, without loosening the 15%:
 
-- cores are split where there are two or more: vLLM's engine (its OpenMP compute thread,
-  ``VLLM_CPU_OMP_THREADS_BIND``) and the two clients (this test process and vllm bench, a
-  child inheriting the affinity) on the first allowed CPU, vLLM's API server (HTTP, detokenizing,
-  the busiest part at c=16 once the engine has a core) alone on the others. A client takes CPU
-  from whatever shares its core, and vllm bench takes more than knee (0.4-0.5 s per c=16 run
-  against 0.3 s, printed per round): beside the API server that read ~14% lower throughput for
-  vllm bench in every round (measured: rps 87-114 vs knee's 98-130) and failed c=16 2 runs
-  in 3; beside the engine c=16 medians agreed within 2-11% (2 runs of 2). The cost moves to
-  c=1, where the engine's steps are short and a client waking per token delays them: c=1
-  passed 3 of 3 beside the API server, 1 of 2 beside the engine (vllm bench TPOT 2.7 vs 1.7 ms
-  in the failed one). No placement on 2 cores isolates the clients; this one is the better
-  of the two measured;
+- cores are split where there are two or more: the whole server (API server, engine core and
+  its OpenMP compute thread, ``VLLM_CPU_OMP_THREADS_BIND``) on the last allowed CPUs, started
+  from a thread pinned there so every vLLM process inherits it, and the two clients (this test
+  process and vllm bench, a child inheriting its affinity) alone on the first. A client's CPU
+  then cannot slow the server it measures. Measured before: with the clients beside the engine
+  (or beside the API server), whichever client used more CPU that round slowed the server by
+  as much (knee 0.52-0.71 s per c=16 run against vllm bench 0.36-0.49 s beside the engine:
+  knee read 20-35% lower throughput in a clean CI run, while the other placement turned the
+  same effect against vllm bench);
 - the tools run in alternating rounds (knee, vllm | vllm, knee | knee, vllm ...: ABBA, so a
   slow drift of the machine's load favours neither) from one long-lived vllm bench process
   (:class:`VllmBenchSession`; importing vllm per run would cost ~15 s each), and each metric
@@ -65,28 +62,27 @@ ROUNDS = 5  # each tool runs once per round
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "request_throughput")
 
 
-def _split_cpus() -> tuple[int | None, set[int] | None]:
-    """(CPU for vLLM's engine and the clients, CPUs for vLLM's API server), or (None, None)
-    with fewer than 2."""
+def _split_cpus() -> tuple[set[int] | None, set[int] | None]:
+    """(CPUs for the whole vLLM server, CPUs for the clients), or (None, None) with fewer than 2."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:
         return None, None
-    return cpus[0], set(cpus[1:])
+    return set(cpus[1:]), {cpus[0]}
 
 
 @pytest.fixture(scope="module")
 def server(vllm_server_factory):
-    engine_cpu, rest = _split_cpus()
+    server_cpus, client_cpus = _split_cpus()
     env = None
-    if engine_cpu is not None:
-        # The engine's compute thread on one CPU; no other CPU reserved beyond vLLM's own one
-        # (which on 2 cores is exactly the other one).
-        env = {"VLLM_CPU_OMP_THREADS_BIND": str(engine_cpu), "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
-    srv = vllm_server_factory(extra_args=["--no-enable-prefix-caching"], env=env)
-    if rest:
-        pin_process(srv.pid, rest)  # the API server (HTTP, detokenizing) alone, off the engine's CPU
-    # The clients beside the engine, not beside the API server (module docstring).
-    srv.client_cpus = {engine_cpu} if engine_cpu is not None else None
+    if server_cpus:
+        # vLLM's compute thread on the server's CPUs; its other processes inherit the affinity
+        # of the thread that starts them (below).
+        env = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(server_cpus))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    with affinity(server_cpus):
+        srv = vllm_server_factory(extra_args=["--no-enable-prefix-caching"], env=env)
+    if server_cpus:
+        pin_process(srv.pid, server_cpus)  # belt and braces: threads the API server made before exec
+    srv.client_cpus = client_cpus
     return srv
 
 
