@@ -58,7 +58,8 @@ INPUT_LEN, OUTPUT_LEN = 128, 32
 # gives 10 waves.
 CASES = [(1, 12), (16, 160)]
 WARMUPS = 2
-ROUNDS = 5  # each tool runs once per round
+ROUNDS = 9  # each tool runs once per round; the medians are over these
+WARMUP_ROUNDS = 1  # run and discarded: the first runs pay connection set-up and, for vllm bench, lazy imports
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "request_throughput")
 
 
@@ -138,10 +139,12 @@ def test_knee_agrees_with_vllm_bench_serve(server, concurrency, n):
         )
 
     runs = {"knee": [], "vllm": []}
-    cpu = {"knee": [], "vllm": []}  # each client's CPU seconds per run: it shares a core with vLLM's API server
+    cpu = {"knee": [], "vllm": []}  # each client's CPU seconds per run
     with affinity(server.client_cpus), VllmBenchSession(api_key=server.api_key) as vb:
         vb.wait_ready()  # vllm imported (heavy) before its process gets a real-time priority
         with realtime([0, vb.pid]) as rt:
+            for _ in range(WARMUP_ROUNDS):
+                knee(), vllm(vb)
             for r in range(ROUNDS):
                 for tool in ("knee", "vllm") if r % 2 == 0 else ("vllm", "knee"):
                     c0 = time.process_time() if tool == "knee" else _cpu_s(vb.pid)
