@@ -89,7 +89,7 @@ def build_argv(
         argv += ["--host", host, "--port", str(port)]
         env["VLLM_API_KEY"] = api_key  # vLLM reads it; the key stays out of argv and its log
     elif kind == "sglang":
-        argv = [engine.python or "python3", "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port), "--api-key", api_key]
+        argv = [engine.python or "python3", "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port), f"--api-key={api_key}"]
     else:
         raise BadInput(f"engine {kind!r} does not launch a server")
     argv += emit_args(server_args)
@@ -124,7 +124,8 @@ def launch(
         port = engine.port
     else:
         port = free_port(host)
-    api_key = secrets.token_urlsafe(24)
+    # Hex, not urlsafe: a key starting with "-" would read as a flag on a command line.
+    api_key = secrets.token_hex(24)
     argv, env = build_argv(engine, framework, model, server_args, host, port, api_key)
     if tag:
         env["KNEE_SERVER_TAG"] = tag

