@@ -96,12 +96,6 @@ class Batch:
     def decode(cls, seqs: int, mean_context: float) -> "Batch":
         return cls(decode_seqs=seqs, decode_context=seqs * mean_context)
 
-    def __add__(self, other: "Batch") -> "Batch":
-        return Batch(*(a + b for a, b in zip(self._tuple(), other._tuple())))
-
-    def _tuple(self):
-        return (self.prefill_tokens, self.prefill_attn, self.prefill_kv, self.prefill_seqs, self.decode_seqs, self.decode_context)
-
 
 @dataclass(frozen=True, slots=True)
 class StepBreakdown:

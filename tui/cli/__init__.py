@@ -17,7 +17,7 @@ COMMANDS = ["estimate", "sweep", "results", "import_", "attach", "bench", "deplo
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's default exits 2 with usage; keep it one line
-        self.exit(2, f"knee: error: {message} (see knee {self.prog.split(' ', 1)[-1] if ' ' in self.prog else ''} --help)\n".replace("knee  --help", "knee --help"))
+        self.exit(2, f"knee: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
