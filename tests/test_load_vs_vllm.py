@@ -27,7 +27,12 @@ So, without loosening the 15%:
 - the tools run in alternating rounds (knee, vllm | vllm, knee | knee, vllm ...: ABBA, so a
   slow drift of the machine's load favours neither) from one long-lived vllm bench process
   (:class:`VllmBenchSession`; importing vllm per run would cost ~15 s each), and each metric
-  is compared as the median over rounds of each tool's run means;
+  is compared *within* each round (knee's run mean over vllm bench's run mean, the two runs
+  back to back) and the median of those per-round ratios must lie within 15% of 1. A clean CI
+  run showed why pairing: the server slowed by ~40% for spells of a few seconds (TTFT 9.5 ms
+  to 13.5 ms at c=1) that covered three of vllm bench's nine runs and only one of knee's, so
+  each tool's own median (10.2 against 13.2 ms) compared the spells, not the clients, while
+  the median of the per-round ratios read 0.93 for TTFT and TPOT and 1.07 for throughput;
 - the two clients (this test process and the vllm bench process, once vllm is imported) run
   SCHED_RR where permitted (support/sched.py). Measured without it on this box: the client's
   event loop lagged 0.1-1.5 s behind other tenants' work, TCP merged a whole response into one
@@ -58,7 +63,7 @@ INPUT_LEN, OUTPUT_LEN = 128, 32
 # gives 10 waves.
 CASES = [(1, 12), (16, 160)]
 WARMUPS = 2
-ROUNDS = 9  # each tool runs once per round; the medians are over these
+ROUNDS = 11  # each tool runs once per round; the median of the per-round ratios is asserted
 WARMUP_ROUNDS = 1  # run and discarded: the first runs pay connection set-up and, for vllm bench, lazy imports
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "request_throughput")
 
@@ -110,10 +115,6 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1e-9)
-
-
 @pytest.mark.parametrize("concurrency, n", CASES)
 def test_knee_agrees_with_vllm_bench_serve(server, concurrency, n):
     tok = load_tokenizer(str(server.model_dir))
@@ -125,10 +126,12 @@ def test_knee_agrees_with_vllm_bench_serve(server, concurrency, n):
     warm = random_prompts(tok, LengthDist.of(INPUT_LEN), LengthDist.of(OUTPUT_LEN), WARMUPS, seed=99)
 
     def knee():
-        # per_chunk_usage: the random-weight model emits tokens whose text the detokenizer holds
-        # back (partial UTF-8), i.e. messages with empty text; vllm bench times those as tokens,
-        # and with per-chunk usage knee knows they are tokens too (see core/load/openai.py).
-        target = OpenAITarget(server.url, server.model_name, api_key=server.api_key, per_chunk_usage=True)
+        # Plain requests, as vllm bench sends them. With per_chunk_usage (continuous_usage_stats)
+        # the server builds a usage object for every token on the core it shares with the
+        # engine: measured here, knee then read 14% higher TTFT at c=16 than vllm bench (1.01
+        # without). The tiny model's tokenizer is printable ASCII only, so no token's text is
+        # held back and counting non-empty messages matches vllm bench exactly (asserted below).
+        target = OpenAITarget(server.url, server.model_name, api_key=server.api_key)
         res = run_load_sync(target, measured + warm, LoadPoint(concurrency=concurrency, num_prompts=n), warmup=WARMUPS, tokenizer=tok)
         return res.summary
 
@@ -156,12 +159,13 @@ def test_knee_agrees_with_vllm_bench_serve(server, concurrency, n):
         f" cpu {ck:.2f} s | vllm ttft {v['mean_ttft_ms']:.2f} tpot {v['mean_tpot_ms']:.3f} rps {v['request_throughput']:.3f} cpu {cv:.2f} s"
         for i, (k, v, ck, cv) in enumerate(zip(runs["knee"], runs["vllm"], cpu["knee"], cpu["vllm"]))
     )
-    med = {tool: {m: statistics.median(x[m] for x in runs[tool]) for m in METRICS} for tool in runs}
-    s, ref = med["knee"], med["vllm"]
+    # knee / vllm bench per round and metric: two back-to-back runs see the same server spell.
+    ratios = {m: [k[m] / v[m] for k, v in zip(runs["knee"], runs["vllm"])] for m in METRICS}
+    med = {m: statistics.median(r) for m, r in ratios.items()}
     detail = (
-        f"c={concurrency}, median of {ROUNDS} alternating rounds: knee ttft {s['mean_ttft_ms']:.2f} tpot {s['mean_tpot_ms']:.3f} "
-        f"rps {s['request_throughput']:.3f} | vllm ttft {ref['mean_ttft_ms']:.2f} tpot {ref['mean_tpot_ms']:.3f} "
-        f"rps {ref['request_throughput']:.3f}; client CPUs {sorted(server.client_cpus or [])}, clients "
+        f"c={concurrency}, median over {ROUNDS} alternating rounds of knee/vllm-bench: "
+        + ", ".join(f"{m} {med[m]:.3f} (rounds {min(r):.2f}-{max(r):.2f})" for m, r in ratios.items())
+        + f"; client CPUs {sorted(server.client_cpus or [])}, clients "
         f"{'SCHED_RR' if rt else 'at normal priority'}; load average {os.getloadavg()}\n{rounds}"
     )
     print(detail)
@@ -172,6 +176,5 @@ def test_knee_agrees_with_vllm_bench_serve(server, concurrency, n):
         assert (k["completed"], k["failed"]) == (v["completed"], v["failed"]) == (n, 0), counts
         assert k["total_input_tokens"] == v["total_input_tokens"], counts
         assert k["total_output_tokens"] == v["total_output_tokens"] == n * OUTPUT_LEN, counts
-    assert rel(s["mean_ttft_ms"], ref["mean_ttft_ms"]) < 0.15, detail
-    assert rel(s["mean_tpot_ms"], ref["mean_tpot_ms"]) < 0.15, detail
-    assert rel(s["request_throughput"], ref["request_throughput"]) < 0.15, detail
+    for m in METRICS:
+        assert abs(med[m] - 1) < 0.15, f"{m}: {detail}"
