@@ -4,7 +4,7 @@ tiny local model: the same prompts at concurrency 1 and 16.
 Agreement asked by issue 3: completed requests and token totals match exactly; mean TTFT,
 mean TPOT and request throughput within 15%.
 
-The server here is our own (vllm_server_factory) with prefix caching off: both tools send the
+The server is conftest's pinned_vllm, with prefix caching off: both tools send the
 same prompts one after the other, and with the cache on, whichever ran second would skip its
 prefills and read a lower TTFT. Each tool also gets warm-up requests, so neither pays for the
 server's first-request costs. The prompts are vllm bench's own seeded random ones, replayed by
@@ -52,7 +52,7 @@ from core.load.datasets import Prompt, load_tokenizer, random_prompts
 from core.load.openai import OpenAITarget
 from core.load.runner import run_load_sync
 from core.spec import LengthDist, LoadPoint
-from support.sched import affinity, pin_process, realtime
+from support.sched import affinity, realtime
 from support.vllm_bench import VllmBenchSession, sample_vllm_requests
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
@@ -68,47 +68,6 @@ WARMUP_ROUNDS = 1  # run and discarded: the first runs pay connection set-up and
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "request_throughput")
 
 
-def _split_cpus() -> tuple[set[int] | None, set[int] | None]:
-    """(CPUs for the whole vLLM server, CPUs for the clients), or (None, None) with fewer than 2."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cpus) < 2:
-        return None, None
-    return set(cpus[1:]), {cpus[0]}
-
-
-@pytest.fixture(scope="module")
-def server(vllm_server_factory):
-    server_cpus, client_cpus = _split_cpus()
-    env = None
-    if server_cpus:
-        # vLLM's compute thread on the server's CPUs; its other processes inherit the affinity
-        # of the thread that starts them (below).
-        env = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(server_cpus))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    with affinity(server_cpus):
-        srv = vllm_server_factory(extra_args=["--no-enable-prefix-caching"], env=env)
-    if server_cpus:
-        pin_process(srv.pid, server_cpus)  # belt and braces: threads the API server made before exec
-    srv.client_cpus = client_cpus
-    return srv
-
-
-@pytest.fixture(scope="module")
-def vllm_server_factory(tiny_model_dir):
-    # Module-scoped twin of conftest's factory: one server for both concurrencies.
-    from support import tinymodel, vllm_server
-
-    started = []
-
-    def start(extra_args=(), env=None):
-        s = vllm_server.start_vllm_server(tiny_model_dir, extra_args=extra_args, python=tinymodel.VLLM_PYTHON, env=env)
-        started.append(s)
-        return s
-
-    yield start
-    for s in started:
-        s.stop()
-
-
 def _cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -116,7 +75,8 @@ def _cpu_s(pid: int) -> float:
 
 
 @pytest.mark.parametrize("concurrency, n", CASES)
-def test_knee_agrees_with_vllm_bench_serve(server, concurrency, n):
+def test_knee_agrees_with_vllm_bench_serve(pinned_vllm, concurrency, n):
+    server = pinned_vllm
     tok = load_tokenizer(str(server.model_dir))
     assert tok.exact, tok.note
     # vllm bench's own seeded random prompts (its helper's custom-file path needs pandas, which

@@ -1,12 +1,12 @@
 """A CPU step profile for the simulator, fitted from measurements, and checked against real
 vLLM on CPU (the tiny local model).
 
-The realvllm test measures the real server at concurrencies 1-32, fits a profile from the
-two ends (1: the fixed costs; 32: the per-sequence cost), and prints the simulated against
-the measured throughput curve (issue 5's acceptance: within 25%). It asserts only what does
-not depend on the shared machine's timing noise: the fit reproduces the points it was fitted
-on through the scheduler, and the simulated curve rises and bends as a batching engine's
-does. The agreement figure is reported, not asserted (timings belong to benchmarks).
+The realvllm test measures the real server (conftest's pinned_vllm: alone on its CPU, the
+client on the other) at concurrencies 1-32, each point the median of three runs taken up
+and down the curve, fits a profile on 1, 2 and 32 (the fixed costs and the per-sequence
+cost), and checks the simulated throughput curve against the measured one at every
+concurrency (issue 5's acceptance: within 25%), besides the shape of a batching engine's
+curve. Measured on this 2-core box: worst point 13-20%, median 8%.
 """
 
 import statistics
@@ -22,8 +22,9 @@ from core.spec.workload import Workload
 
 ISL, OSL = 128, 128
 CONCURRENCIES = (1, 2, 4, 8, 16, 32)
-FIT = (1, 32)
+FIT = (1, 2, 32)  # fitted on; 4, 8 and 16 are predicted
 KV_GIB = 1  # VLLM_CPU_KVCACHE_SPACE the real-vLLM fixture sets
+ROUNDS = 3  # each point is the median of this many runs
 
 
 def sim_point(arch, hw, config, profile, c, kv_tokens):
@@ -70,20 +71,26 @@ def test_kv_tokens_override_sets_the_cache(qwen):
 
 
 @pytest.mark.realvllm
-def test_fitted_cpu_profile_against_the_real_throughput_curve(real_vllm, tiny_model_dir):
+def test_fitted_cpu_profile_against_the_real_throughput_curve(pinned_vllm, tiny_model_dir):
     from core.load.datasets import load_tokenizer, make_prompts
     from core.load.openai import OpenAITarget
     from core.load.runner import run_load_sync
+    from support.sched import affinity, realtime
 
+    real_vllm = pinned_vllm  # the server alone on its CPU, the client on the other (conftest)
     tok = load_tokenizer(str(tiny_model_dir))
     target = OpenAITarget(real_vllm.url, real_vllm.model_name, api_key=real_vllm.api_key)
-    measured = {}
-    for c in CONCURRENCIES:
-        n = max(48, 8 * c)  # enough requests per point to average a shared machine's noise
-        prompts = make_prompts(Workload.fixed(ISL, OSL, num_prompts=n), tok)
-        res = run_load_sync(target, prompts, LoadPoint(concurrency=c, num_prompts=n), warmup=c)
-        assert res.summary["failed"] == 0 and res.summary["total_output_tokens"] == n * OSL
-        measured[c] = res.summary
+    runs = {c: [] for c in CONCURRENCIES}
+    with affinity(real_vllm.client_cpus), realtime([0]):
+        for r in range(ROUNDS):  # up then down the curve, so a slow spell of the machine hits
+            for c in CONCURRENCIES if r % 2 == 0 else CONCURRENCIES[::-1]:  # no one point alone
+                n = max(24, 8 * c)
+                prompts = make_prompts(Workload.fixed(ISL, OSL, num_prompts=n, seed=r), tok)
+                res = run_load_sync(target, prompts, LoadPoint(concurrency=c, num_prompts=n), warmup=min(c, 4))
+                assert res.summary["failed"] == 0 and res.summary["total_output_tokens"] == n * OSL
+                runs[c].append(res.summary)
+    measured = {c: {m: statistics.median(x[m] for x in runs[c]) for m in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")}
+                for c in CONCURRENCIES}
 
     arch = load_model(str(tiny_model_dir))
     hw = cpu_hardware()
@@ -103,14 +110,15 @@ def test_fitted_cpu_profile_against_the_real_throughput_curve(real_vllm, tiny_mo
             f"({apes[c]:.0%})  TTFT {m['mean_ttft_ms']:.0f}/{s['mean_ttft_ms']:.0f} ms  "
             f"TPOT {m['mean_tpot_ms']:.2f}/{s['mean_tpot_ms']:.2f} ms"
         )
-    lines.append(f"median APE over concurrencies: {statistics.median(apes.values()):.0%} (goal <= 25%)")
+    lines.append(f"median APE over concurrencies: {statistics.median(apes.values()):.0%}, worst {max(apes.values()):.0%} (goal: each <= 25%)")
     print("\n".join(lines))
 
-    # The fit reproduces its own points through the scheduler.
-    for c in FIT:
-        assert sims[c]["mean_tpot_ms"] == pytest.approx(measured[c]["mean_tpot_ms"], rel=0.15)
-        if c == FIT[0]:
-            assert sims[c]["mean_ttft_ms"] == pytest.approx(measured[c]["mean_ttft_ms"], rel=0.15)
+    # Issue 5's acceptance: the simulated throughput-vs-concurrency curve within 25% of the
+    # measured one at every concurrency, three of the six points predicted (fitted on 1, 2 and 32).
+    assert max(apes.values()) <= 0.25, "\n".join(lines)
+
+    # The fit reproduces the lowest point's TTFT through the scheduler.
+    assert sims[FIT[0]]["mean_ttft_ms"] == pytest.approx(measured[FIT[0]]["mean_ttft_ms"], rel=0.15)
     # A batching engine: throughput rises with concurrency and each doubling gains less.
     thr = [sims[c]["output_throughput"] for c in CONCURRENCIES]
     assert all(b > a for a, b in zip(thr, thr[1:]))

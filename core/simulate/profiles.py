@@ -12,16 +12,16 @@ scheduler simulation in place of the cost model (``simulate(..., cost=profile)``
 plus ``request_overhead_s`` (before a request reaches the scheduler) and
 ``output_token_overhead_s`` (per streamed token), as in the cost model.
 
-:func:`fit_step_profile` fits it from closed-loop measurements at two concurrencies (the
-lowest and the highest given): a first guess from the closed-loop relations
+:func:`fit_step_profile` fits it from closed-loop measurements at two or more concurrencies:
+a first guess from the closed-loop relations (a least-squares line through the TPOTs)
 
     TPOT(c) ≈ step_s + c · seq_s · (1 + 1/OSL)
     TTFT(c_low) ≈ request_overhead_s + step_s + seq_s
 
-then a few rounds that simulate the two points and correct the parameters by the ratio of
-measured to simulated TPOT (low point: the fixed step; high point: the per-sequence cost)
-and the TTFT residual at the low point, so the profile reproduces the fitted points through
-the scheduler, not just through the formulas.
+then a few rounds that simulate the points and correct the parameters by the measured TPOT
+line over the simulated one (intercept: the fixed step; slope: the per-sequence cost) and
+the TTFT residual at the lowest concurrency, so the profile reproduces the fitted points
+through the scheduler, not just through the formulas.
 """
 
 from __future__ import annotations
@@ -115,39 +115,50 @@ def fit_step_profile(
     from core.spec.workload import Workload
 
     pts = sorted(points, key=lambda p: p.concurrency)
-    if len(pts) < 2 or pts[0].concurrency == pts[-1].concurrency:
+    if len({p.concurrency for p in pts}) < 2:
         raise BadInput("fitting a step profile needs measurements at two concurrencies at least")
-    lo, hi = pts[0], pts[-1]
+    lo = pts[0]
     osl = max(lo.output_len, 2)
 
     # First guess from the closed-loop relations. The per-sequence cost is the TPOT slope
     # (a decoding sequence adds one sequence and one token to each step; a prefill adds
     # one sequence per OSL steps); prefill tokens are not separated from it here because
     # TTFT differences between loads are too noisy to identify them (token_s stays 0).
-    k = max((hi.tpot_s - lo.tpot_s) / (hi.concurrency - lo.concurrency), 0.0)
+    # With more than two points the line is a least-squares one, so no single noisy point
+    # (vLLM on CPU decodes slower at c=1 than at c=2, measured) sets a term alone.
+    conc = [p.concurrency for p in pts]
+    a, k = _line(conc, [p.tpot_s for p in pts])
+    k = max(k, 0.0)
     seq_s = k / (1.0 + 1.0 / osl)
-    step_s = max(lo.tpot_s - k * lo.concurrency, 0.02 * max(lo.tpot_s, 1e-6))
+    step_s = max(a, 0.02 * max(lo.tpot_s, 1e-6))
     ovh = max(lo.ttft_s - (step_s + seq_s), 0.0)
     prof = StepProfile(name, step_s, seq_s, 0.0, ovh, 0.0)
 
-    # Refine through the scheduler: scale the step terms by measured/simulated TPOT and the
-    # request overhead by the TTFT residual, point by point.
+    # Refine through the scheduler: simulate every point and scale the fixed step cost and
+    # the per-sequence slope by the measured line over the simulated one, and the request
+    # overhead by the TTFT residual at the lowest concurrency.
     for _ in range(rounds):
-        tpot_ratio, ttft_resid = [], []
-        for p in (lo, hi):
-            n = max(4 * p.concurrency, 16)
-            r = simulate(
-                arch, hardware, config, Workload.fixed(p.input_len, p.output_len, num_prompts=n),
+        sims = [
+            simulate(
+                arch, hardware, config, Workload.fixed(p.input_len, p.output_len, num_prompts=max(4 * p.concurrency, 16)),
                 LoadPoint(concurrency=p.concurrency), cost=prof, kv_tokens=kv_tokens,
             ).summary
-            tpot_ratio.append(p.tpot_s / max(r["mean_tpot_ms"] / 1e3, 1e-9))
-            ttft_resid.append(p.ttft_s - r["mean_ttft_ms"] / 1e3)
-        # The low point fixes the fixed step cost, the high point the per-sequence slope.
-        f_lo, f_hi = tpot_ratio[0], tpot_ratio[-1]
+            for p in pts
+        ]
+        a_sim, k_sim = _line(conc, [r["mean_tpot_ms"] / 1e3 for r in sims])
         prof = replace(
             prof,
-            step_s=prof.step_s * f_lo,
-            seq_s=prof.seq_s * f_hi,
-            request_overhead_s=max(prof.request_overhead_s + ttft_resid[0], 0.0),
+            step_s=prof.step_s * (a / a_sim if a_sim > 0 and a > 0 else 1.0),
+            seq_s=prof.seq_s * (k / k_sim if k_sim > 0 else 1.0),
+            request_overhead_s=max(prof.request_overhead_s + lo.ttft_s - sims[0]["mean_ttft_ms"] / 1e3, 0.0),
         )
     return prof
+
+
+def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ys on xs; through both points when there are two."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    return my - slope * mx, slope
