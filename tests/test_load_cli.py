@@ -121,6 +121,7 @@ def test_sharegpt_file_runs(server, capsys, tmp_path):
         (["--url", "http://x", "--model", "m", "--request-rate", "-1"], "--request-rate must be positive"),
         (["--url", "http://x", "--model", "m", "--goodput", "ttft<fast"], "constraint"),
         (["--url", "http://x", "--model", "m", "--dataset", "shared-prefix"], "--prefix-len"),
+        (["--url", "http://x", "--model", "m", "--inference-component", "ic"], "pass --sagemaker-endpoint"),
     ],
 )
 def test_bad_flags(capsys, argv, needle):

@@ -44,6 +44,7 @@ class _Handler(BaseHTTPRequestHandler):
     fmt = "vllm"
     fail_mid_stream = False
     seen_bodies: list = []
+    seen_components: list = []  # the inference-component header of each invocation (None: none)
     writes: dict = {}  # prompt -> perf_counter of each token's write (the truth)
 
     def log_message(self, *a):
@@ -72,6 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         req = json.loads(body)
         type(self).seen_bodies.append(req)
+        type(self).seen_components.append(self.headers.get("X-Amzn-SageMaker-Inference-Component"))
         self.send_response(200)
         self.send_header("Content-Type", "application/vnd.amazon.eventstream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -123,7 +125,7 @@ def fake(monkeypatch):
     monkeypatch.delenv("AWS_PROFILE", raising=False)
 
     def start(fmt="vllm", fail_mid_stream=False):
-        handler = type("H", (_Handler,), {"fmt": fmt, "fail_mid_stream": fail_mid_stream, "seen_bodies": [], "writes": {}})
+        handler = type("H", (_Handler,), {"fmt": fmt, "fail_mid_stream": fail_mid_stream, "seen_bodies": [], "seen_components": [], "writes": {}})
         srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -159,6 +161,7 @@ def test_streams_from_sagemaker_formats(fake, fmt):
         true_tpot.append((truth[-1] - truth[0]) / 9)
     # TPOT from token counts tracks what the server really did (threads: a loose bound)
     assert s["mean_tpot_ms"] == pytest.approx(1000 * sum(true_tpot) / len(true_tpot), rel=0.5)
+    assert set(handler.seen_components) == {None}  # no component asked for, none named
     body = handler.seen_bodies[0]
     if fmt == "lmi":
         assert body["parameters"]["max_new_tokens"] == 10 and body["inputs"].startswith("q")
@@ -184,3 +187,19 @@ def test_missing_endpoint_is_bad_input(fake):
     # during a run it is a per-request error, never a crash
     r = run_load_sync(t, prompts(2, 4), LoadPoint(concurrency=2))
     assert r.summary["failed"] == 2 and all("ValidationError" in x.error for x in r.records)
+
+
+def test_knee_bench_invokes_an_inference_component(fake, capsys, monkeypatch):
+    # What `knee deploy apply` prints for an endpoint with inference components, run as is:
+    # every invocation names the component (boto3 sends it as a header).
+    from tui.cli import main
+
+    url, handler = fake("lmi")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", url)  # botocore's per-service endpoint variable
+    rc = main(["bench", "--no-progress", "--json", "--sagemaker-endpoint", "good", "--inference-component", "knee-ic-1",
+               "--sagemaker-format", "lmi", "--region", "us-east-1", "--model", "m", "--concurrency", "2",
+               "--num-prompts", "4", "--input-len", "8", "--output-len", "5"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert json.loads(out)["completed"] == 4
+    assert handler.seen_components and set(handler.seen_components) == {"knee-ic-1"}

@@ -3,7 +3,7 @@
     knee bench --url http://127.0.0.1:8000 --model M [--dataset random|sharegpt|shared-prefix|corpus]
                [--concurrency N | --request-rate R [--concurrency CAP]] [--num-prompts N | --duration S]
                [--json] [--result-file FILE]
-    knee bench --sagemaker-endpoint NAME --model M [--sagemaker-format vllm|lmi] ...
+    knee bench --sagemaker-endpoint NAME [--inference-component IC] --model M [--sagemaker-format vllm|lmi] ...
 
 Results use ``vllm bench serve``'s keys (``--result-file`` writes its JSON, with the
 per-request arrays under ``--save-detailed``). A one-request preflight turns an unreachable
@@ -35,6 +35,7 @@ def register(sub) -> None:
     t.add_argument("--api", choices=["completions", "chat"], default="completions", help="OpenAI endpoint (default completions)")
     t.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); never printed or saved")
     t.add_argument("--sagemaker-endpoint", help="benchmark a SageMaker endpoint instead of --url")
+    t.add_argument("--inference-component", help="inference component of --sagemaker-endpoint to invoke (endpoints knee deploy made with copies)")
     t.add_argument("--sagemaker-format", choices=["vllm", "lmi"], default="vllm", help="request/response schema of the container")
     t.add_argument("--region", help="AWS region for --sagemaker-endpoint (default: the AWS configuration's)")
     t.add_argument("--transport", choices=["raw", "aiohttp", "httpx-aiohttp", "httpx"], help="HTTP client (default: raw, chosen by bench/client_capacity.py)")
@@ -77,6 +78,8 @@ def _check(args):
         raise BadInput("knee bench needs a target", "pass --url URL or --sagemaker-endpoint NAME")
     if args.url and args.sagemaker_endpoint:
         raise BadInput("pass either --url or --sagemaker-endpoint, not both")
+    if args.inference_component and not args.sagemaker_endpoint:
+        raise BadInput("--inference-component belongs to a SageMaker endpoint", "pass --sagemaker-endpoint NAME with it")
     if args.url and not args.url.startswith(("http://", "https://")):
         raise BadInput(f"--url must start with http:// or https://, got {args.url!r}")
     for name in ("concurrency", "num_prompts", "input_len", "output_len"):
@@ -212,6 +215,7 @@ def _target(args):
             fmt=args.sagemaker_format,
             api=args.api,
             region=args.region,
+            inference_component=args.inference_component,
             ignore_eos=not args.no_ignore_eos,
             temperature=args.temperature,
             timeout_s=args.timeout,
