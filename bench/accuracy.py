@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -44,10 +43,6 @@ from bench import rows as R
 from bench.rows import LABELS, METRICS
 
 _ape = R.ape
-
-
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
 
 
 def predict_knee(row: dict, arch) -> dict:
@@ -112,12 +107,8 @@ def run(path: str) -> dict:
 
     rows = R.load(path)
     results, skipped = [], []
-    for row in rows:
-        ref, cfg, arch = R.resolve(row)
-        if cfg is None:
-            skipped.append({"id": row["id"], "reason": f"no bundled config for {ref}"})
-            continue
-        meas = {k: row["metrics"].get(k) for k in METRICS}
+    for row, cfg, arch in R.with_config(rows, skipped):
+        meas = R.measured(row)
         try:
             kn = predict_knee(row, arch)
             kn_err = None
@@ -145,15 +136,6 @@ def run(path: str) -> dict:
     return {"rows": results, "skipped": skipped, "summary": summarize(results, skipped, len(rows))}
 
 
-def _medians(results, key: str, only=None) -> dict[str, float | None]:
-    out = {}
-    for m in METRICS:
-        xs = [r[key][m] for r in results if r[key][m] is not None and (only is None or only(r, m))]
-        out[m] = _median(xs)
-        out[m + "_n"] = len(xs)
-    return out
-
-
 def summarize(results, skipped, total) -> dict:
     covered_lo = lambda r, m: r["ape_lo"][m] is not None  # noqa: E731
     s = {
@@ -161,9 +143,9 @@ def summarize(results, skipped, total) -> dict:
         "predicted": sum(1 for r in results if r["knee"]),
         "skipped": len(skipped),
         "llm_optimizer_covered": sum(1 for r in results if r["llm_optimizer"]),
-        "knee": _medians(results, "ape_knee"),
-        "knee_on_lo_rows": _medians(results, "ape_knee", covered_lo),
-        "llm_optimizer": _medians(results, "ape_lo"),
+        "knee": R.median_apes(results, "ape_knee"),
+        "knee_on_lo_rows": R.median_apes(results, "ape_knee", covered_lo),
+        "llm_optimizer": R.median_apes(results, "ape_lo"),
         "by_gpu": {},
         "by_engine": {},
     }
@@ -171,7 +153,7 @@ def summarize(results, skipped, total) -> dict:
         keys = sorted({r[field] for r in results})
         for k in keys:
             sub = [r for r in results if r[field] == k]
-            s[group][k] = {"rows": len(sub), "knee": _medians(sub, "ape_knee"), "llm_optimizer": _medians(sub, "ape_lo")}
+            s[group][k] = {"rows": len(sub), "knee": R.median_apes(sub, "ape_knee"), "llm_optimizer": R.median_apes(sub, "ape_lo")}
     return s
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +68,22 @@ def resolve(row: dict):
     if cfg is None:
         return ref, None, None
     return ref, cfg, arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))
+
+
+def with_config(rows: list[dict], skipped: list[dict]):
+    """Each row whose architecture has a bundled config, as (row, HF config, ModelArch);
+    the others are appended to ``skipped`` with the reason, in order, as they are met."""
+    for row in rows:
+        ref, cfg, arch = resolve(row)
+        if cfg is None:
+            skipped.append({"id": row["id"], "reason": f"no bundled config for {ref}"})
+            continue
+        yield row, cfg, arch
+
+
+def measured(row: dict) -> dict:
+    """The row's measured figures, one per metric of :data:`METRICS` (None where absent)."""
+    return {k: row["metrics"].get(k) for k in METRICS}
 
 
 def topology(row: dict) -> tuple[int, int]:
@@ -197,3 +214,15 @@ def ape(pred: float | None, meas: float | None) -> float | None:
     if pred is None or meas is None or meas == 0 or not math.isfinite(pred):
         return None
     return abs(pred - meas) / abs(meas)
+
+
+def median_apes(results: list[dict], key: str, only=None) -> dict[str, float | None]:
+    """Per metric, the median of ``result[key][metric]`` (an APE) over the results that have
+    one (and pass ``only(result, metric)`` when given), and beside it ``metric + "_n"``, how
+    many there were."""
+    out: dict[str, float | None] = {}
+    for m in METRICS:
+        xs = [r[key][m] for r in results if r[key][m] is not None and (only is None or only(r, m))]
+        out[m] = statistics.median(xs) if xs else None
+        out[m + "_n"] = len(xs)
+    return out

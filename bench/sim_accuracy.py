@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -102,11 +101,7 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
     rows = R.load(path)
     online = [r for r in rows if r["workload"].get("mode") in ("online-concurrency", "online-rate")]
     results, skipped = [], []
-    for row in online:
-        ref, cfg, _ = R.resolve(row)
-        if cfg is None:
-            skipped.append({"id": row["id"], "reason": f"no bundled config for {ref}"})
-            continue
+    for row, _, _ in R.with_config(online, skipped):
         if exclude_overloaded and "OVERLOADED" in row.get("notes", ""):
             skipped.append({"id": row["id"], "reason": "overloaded stage (excluded on request)"})
             continue
@@ -116,7 +111,7 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
             err = None
         except KneeError as e:
             sim, res, err = {}, None, str(e)
-        meas = {k: row["metrics"].get(k) for k in METRICS}
+        meas = R.measured(row)
         results.append({
             "id": row["id"],
             "gpu": row["gpu"],
@@ -131,18 +126,10 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
             "overloaded": "OVERLOADED" in row.get("notes", ""),
             "sim_wall_s": time.perf_counter() - t0,
         })
-    def medians(rows):
-        out = {}
-        for m in METRICS:
-            xs = [r["ape"][m] for r in rows if r["ape"][m] is not None]
-            out[m] = statistics.median(xs) if xs else None
-            out[m + "_n"] = len(xs)
-        return out
-
-    med = medians(results)
+    med = R.median_apes(results, "ape")
     # Below saturation an open-loop run's throughput is its offered rate, which any
     # simulator gets right; the rows where the engine decides it are the telling ones.
-    hard = medians([r for r in results if r["mode"] == "online-concurrency" or r["overloaded"]])
+    hard = R.median_apes([r for r in results if r["mode"] == "online-concurrency" or r["overloaded"]], "ape")
     return {
         "rows_online": len(online),
         "simulated": sum(1 for r in results if r["simulated"]),

@@ -58,6 +58,40 @@ def test_moe_reads_only_touched_experts():
     assert many.linear_memory > 2.5 * one.linear_memory
 
 
+@pytest.mark.parametrize(
+    "model, gpu, tp, kv",
+    [
+        ("meta-llama/Llama-3.1-8B", "H100-SXM", 1, "auto"),  # dense
+        ("meta-llama/Llama-3.1-8B", "L4", 4, "fp8"),  # TP over PCIe, fp8 KV cache
+        ("mistralai/Mixtral-8x7B-v0.1", "H100-SXM", 2, "auto"),  # MoE
+        ("openai/gpt-oss-20b", "H100-SXM", 1, "auto"),  # MoE with sliding-window layers
+        ("mistralai/Mistral-7B-v0.1", "A100-80GB", 2, "auto"),  # sliding window
+    ],
+)
+def test_breakdown_parts_add_up_to_step_seconds(model, gpu, tp, kv):
+    """breakdown() restates the terms of the inlined step_seconds (the simulator's hot
+    path); both must price every part of a step alike."""
+    from core.estimate.costmodel import _softmax
+
+    cm = CostModel(load_model(model), get_gpu(gpu), tp, kv)
+    batches = [
+        Batch.decode(1, 100),
+        Batch.decode(256, 3000),
+        Batch.prefill(8192),
+        Batch.prefill(512, context_before=2048, seqs=3),
+        Batch(prefill_tokens=1024, prefill_attn=1024 * 700.0, prefill_kv=1400.0, prefill_seqs=2,
+              decode_seqs=40, decode_context=40 * 1800.0),
+    ]
+    for b in batches:
+        bd = cm.breakdown(b)
+        assert bd.total == cm.step_time(b)
+        recombined = (_softmax(bd.linear_compute, bd.linear_memory) + max(bd.attention_compute, bd.attention_memory)
+                      + bd.communication + bd.overhead)
+        assert recombined == pytest.approx(bd.total, rel=1e-12)
+        assert min(bd.linear_compute, bd.linear_memory, bd.attention_memory, bd.overhead) > 0
+        assert (bd.communication > 0) == (tp > 1)
+
+
 def test_memory_plan_llama70b_bf16_does_not_fit_one_h100():
     plan = plan_memory(load_model("meta-llama/Llama-3.1-70B"), get_gpu("H100-SXM"), 1)
     assert not plan.fits

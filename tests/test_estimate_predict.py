@@ -150,6 +150,17 @@ def test_limits(demo):
     assert floor.slo[0].kind == "min" and demo.predict(cfg, concurrency=floor.slo[0].concurrency).req_per_s >= 2
 
 
+def test_limit_bisections_match_a_linear_scan():
+    from core.estimate.limits import _largest, _smallest
+
+    for lo, hi in ((1, 1), (1, 2), (1, 7), (3, 64)):
+        for t in range(lo - 1, hi + 2):
+            below = lambda c, t=t: c <= t  # noqa: E731  (a ceiling: holds up to t)
+            above = lambda c, t=t: c >= t  # noqa: E731  (a floor: holds from t)
+            assert _largest(below, lo, hi) == max((c for c in range(lo, hi + 1) if below(c)), default=None)
+            assert _smallest(above, lo, hi) == min((c for c in range(lo, hi + 1) if above(c)), default=None)
+
+
 def test_prediction_dict_is_json_and_bad_loads_are_rejected(demo):
     cfg = demo.config(2, 2)
     d = demo.predict(cfg, concurrency=8).as_dict()

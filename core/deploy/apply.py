@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
@@ -159,6 +160,19 @@ def _translate(e: Exception, what: str, redact: Redactor | None = None) -> KneeE
     return RunFailed(redact(msg) if redact else msg)
 
 
+@contextmanager
+def _aws_errors(what: str, redact: Redactor | None = None):
+    """A botocore failure inside the block leaves as the user's error (:func:`_translate`,
+    prefixed with ``what``); anything else, knee's own errors included, passes unchanged.
+    One policy for every public entry point that talks to SageMaker."""
+    try:
+        yield
+    except Exception as e:
+        if _client_error(e):
+            raise _translate(e, what, redact) from None
+        raise
+
+
 _DESCRIBE = {
     "model": ("describe_model", "ModelName", "ModelArn"),
     "endpoint_config": ("describe_endpoint_config", "EndpointConfigName", "EndpointConfigArn"),
@@ -222,52 +236,61 @@ class _Run:
         return bool(arn) and self.tags(arn).get(MANAGED_TAG) == "knee"
 
     def wait_endpoint(self, name: str, gone: bool = False) -> dict[str, Any] | None:
-        start = time.monotonic()
-        last = None
-        while True:
-            d = self.describe("endpoint", name)
-            if d is None:
-                if gone:
-                    self.emit("delete", "done", f"endpoint {name} deleted", name)
-                    return None
-                raise RunFailed(f"endpoint {name} disappeared while waiting for it")
+        def ready(d: dict[str, Any]) -> bool:
             status = d.get("EndpointStatus")
-            if status != last:
-                self.emit("wait_endpoint", "wait", f"endpoint {name}: {status}", name)
-                last = status
-            if not gone:
-                if status == "InService":
-                    return d
-                if status in ("Failed", "OutOfService"):
-                    raise RunFailed(f"endpoint {name} is {status}: {d.get('FailureReason', 'no reason given')}")
-            if time.monotonic() - start > self.o.timeout_s:
-                raise RunFailed(f"endpoint {name} still {status} after {self.o.timeout_s:.0f} s")
-            self.sleep()
+            if status in ("Failed", "OutOfService"):
+                raise RunFailed(f"endpoint {name} is {status}: {d.get('FailureReason', 'no reason given')}")
+            return status == "InService"
+
+        return self._poll("endpoint", name, "EndpointStatus", gone, ready)
 
     def wait_ic(self, name: str, gone: bool = False, copies: int | None = None) -> dict[str, Any] | None:
         # No boto3 waiter exists for inference components: poll the status.
+        def copies_shown(d: dict[str, Any]) -> str:
+            rc = d.get("RuntimeConfig", {})
+            return f"{d.get('InferenceComponentStatus')}, copies {rc.get('CurrentCopyCount', '?')}/{rc.get('DesiredCopyCount', '?')}"
+
+        def ready(d: dict[str, Any]) -> bool:
+            status = d.get("InferenceComponentStatus")
+            if status == "Failed":
+                raise RunFailed(f"inference component {name} failed: {d.get('FailureReason', 'no reason given')}")
+            return status == "InService" and (copies is None or d.get("RuntimeConfig", {}).get("CurrentCopyCount") == copies)
+
+        return self._poll("inference_component", name, "InferenceComponentStatus", gone, ready, copies_shown)
+
+    def _poll(
+        self,
+        kind: str,
+        name: str,
+        status_key: str,
+        gone: bool,
+        ready: Callable[[dict[str, Any]], bool],
+        shown: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Describe a resource every poll interval until ``ready`` says so (it raises on a
+        failed status) or, with ``gone``, until it is not found; reports each change of
+        ``shown`` (the status by default) and fails after the run's timeout. One loop for
+        endpoints and inference components, which differ only in what they show and when
+        they are ready."""
+        what = f"{kind.replace('_', ' ')} {name}"
         start = time.monotonic()
         last = None
         while True:
-            d = self.describe("inference_component", name)
+            d = self.describe(kind, name)
             if d is None:
                 if gone:
-                    self.emit("delete", "done", f"inference component {name} deleted", name)
+                    self.emit("delete", "done", f"{what} deleted", name)
                     return None
-                raise RunFailed(f"inference component {name} disappeared while waiting for it")
-            status = d.get("InferenceComponentStatus")
-            rc = d.get("RuntimeConfig", {})
-            shown = f"{status}, copies {rc.get('CurrentCopyCount', '?')}/{rc.get('DesiredCopyCount', '?')}"
-            if shown != last:
-                self.emit("wait_inference_component", "wait", f"inference component {name}: {shown}", name)
-                last = shown
-            if not gone:
-                if status == "Failed":
-                    raise RunFailed(f"inference component {name} failed: {d.get('FailureReason', 'no reason given')}")
-                if status == "InService" and (copies is None or rc.get("CurrentCopyCount") == copies):
-                    return d
+                raise RunFailed(f"{what} disappeared while waiting for it")
+            status = d.get(status_key)
+            now = shown(d) if shown is not None else status
+            if now != last:
+                self.emit(f"wait_{kind}", "wait", f"{what}: {now}", name)
+                last = now
+            if not gone and ready(d):
+                return d
             if time.monotonic() - start > self.o.timeout_s:
-                raise RunFailed(f"inference component {name} still {status} after {self.o.timeout_s:.0f} s")
+                raise RunFailed(f"{what} still {status} after {self.o.timeout_s:.0f} s")
             self.sleep()
 
     def delete(self, kind: str, name: str) -> bool:
@@ -372,7 +395,7 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
     # Look before creating anything: a name held by a resource knee did not make is the
     # user's to resolve, and nothing must be touched.
     existing: dict[tuple[str, str], dict[str, Any]] = {}
-    try:
+    with _aws_errors(f"cannot check SageMaker in {plan.region}", redact):
         for kind, name in plan.resources:
             d = run.describe(kind, name)
             if d is not None:
@@ -380,12 +403,6 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
                     raise BadInput(f"a {kind.replace('_', ' ')} named {name} exists and was not made by knee",
                                    "delete it or pass --name to deploy under another name")
                 existing[(kind, name)] = d
-    except KneeError:
-        raise
-    except Exception as e:
-        if _client_error(e):
-            raise _translate(e, f"cannot check SageMaker in {plan.region}", redact) from None
-        raise
 
     try:
         for call in plan.calls:
@@ -506,16 +523,12 @@ def delete_deployment(name: str, *, confirmed: bool, region: str = "us-east-1", 
         raise BadInput("delete needs explicit confirmation", "pass --yes")
     clients = clients or make_clients(region)
     run = _Run(clients, progress, options or ApplyOptions(), Redactor())
-    try:
+    with _aws_errors(f"cannot read SageMaker in {region}"):
         ep, ics, configs, models = _discover(run, name)
-    except Exception as e:
-        if _client_error(e):
-            raise _translate(e, f"cannot read SageMaker in {region}") from None
-        raise
     result = DeleteResult(name=name, deleted=[], not_found=[], skipped=[])
     order = [("inference_component", n) for n in ics] + [("endpoint", name)] + \
             [("endpoint_config", n) for n in configs] + [("model", n) for n in models]
-    try:
+    with _aws_errors("delete stopped at a failed call"):
         for kind, n in order:
             d = ep if kind == "endpoint" else run.describe(kind, n)
             if d is None:
@@ -532,12 +545,6 @@ def delete_deployment(name: str, *, confirmed: bool, region: str = "us-east-1", 
                 result.deleted.append((kind, n))
             else:
                 result.not_found.append((kind, n))
-    except KneeError:
-        raise
-    except Exception as e:
-        if _client_error(e):
-            raise _translate(e, "delete stopped at a failed call") from None
-        raise
     return result
 
 
@@ -546,14 +553,8 @@ def describe_deployment(name: str, *, region: str = "us-east-1", clients: AwsCli
     the HF token)."""
     clients = clients or make_clients(region)
     run = _Run(clients, None, ApplyOptions(), Redactor())
-    try:
+    with _aws_errors(f"cannot read SageMaker in {region}"):
         return _describe(run, name)
-    except KneeError:
-        raise
-    except Exception as e:
-        if _client_error(e):
-            raise _translate(e, f"cannot read SageMaker in {region}") from None
-        raise
 
 
 def _describe(run: _Run, name: str) -> DeploymentStatus:
@@ -593,7 +594,7 @@ def scale_deployment(name: str, *, copies: int | None = None, instances: int | N
         raise BadInput("a count must be at least 1")
     clients = clients or make_clients(region)
     run = _Run(clients, progress, options or ApplyOptions(), Redactor())
-    try:
+    with _aws_errors("scaling failed"):
         ep, ics, _, _ = _discover(run, name)
         if ep is None:
             raise BadInput(f"no endpoint named {name} in {region}")
@@ -610,11 +611,5 @@ def scale_deployment(name: str, *, copies: int | None = None, instances: int | N
             clients.sagemaker.update_endpoint_weights_and_capacities(
                 EndpointName=name, DesiredWeightsAndCapacities=[{"VariantName": VARIANT, "DesiredInstanceCount": instances}])
             run.wait_endpoint(name)
-    except KneeError:
-        raise
-    except Exception as e:
-        if _client_error(e):
-            raise _translate(e, "scaling failed") from None
-        raise
     run.emit("scale", "done", "scaled")
     return describe_deployment(name, region=region, clients=clients)

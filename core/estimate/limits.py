@@ -64,33 +64,34 @@ def _meets(pred: Prediction, c: Constraint) -> bool:
     return c.holds(pred.value(c.metric, c.stat) if c.metric in LATENCY_METRICS else pred.metrics().get(c.metric))
 
 
+def _edge(ok, start: int, toward: int) -> int | None:
+    """The integer farthest from ``start`` towards ``toward`` (either direction) with ok(c),
+    for ok that holds from ``start`` up to a threshold and not past it; None if not ok(start).
+
+    One bisection serves both searches of a monotone predicate: a latency ceiling holds
+    below a concurrency (search upwards from the bottom), a throughput floor holds above
+    one (search downwards from the top)."""
+    if not ok(start):
+        return None
+    if ok(toward):
+        return toward
+    while abs(toward - start) > 1:
+        mid = (start + toward) // 2
+        if ok(mid):
+            start = mid
+        else:
+            toward = mid
+    return start
+
+
 def _largest(ok, lo: int, hi: int) -> int | None:
     """Largest integer in [lo, hi] with ok(c), for ok true below a threshold."""
-    if not ok(lo):
-        return None
-    if ok(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _edge(ok, lo, hi)
 
 
 def _smallest(ok, lo: int, hi: int) -> int | None:
-    if not ok(hi):
-        return None
-    if ok(lo):
-        return lo
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    """Smallest integer in [lo, hi] with ok(c), for ok true above a threshold."""
+    return _edge(ok, hi, lo)
 
 
 def compute_limits(p: Predictor, cfg: ServerConfig, slo: SLO | None = None) -> Limits:

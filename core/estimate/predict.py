@@ -114,6 +114,30 @@ def _round(v: float, digits: int) -> float:
     return float(f"{v:.{digits + 3}g}") if abs(v) < 10**digits else round(v, 1)
 
 
+def _stats(mean: float, quantiles: dict[str, float], scale: float = 1.0) -> Stats:
+    """A :class:`Stats` from a mean and a dict keyed by :data:`QUANTILES`, times ``scale``
+    (1e3: seconds to ms). (Keys spelled out, not a generator: this runs four times a
+    prediction, and the TUI predicts per keystroke.)"""
+    return Stats(mean * scale, quantiles["p50"] * scale, quantiles["p90"] * scale, quantiles["p95"] * scale,
+                 quantiles["p99"] * scale)
+
+
+def _weighted_quantiles(ordered: list[tuple[float, float]], total: float) -> dict[str, float]:
+    """Per :data:`QUANTILES` level, the first value of ``ordered`` (sorted (value, weight)
+    pairs) whose cumulative weight reaches that share of ``total``; the last value when
+    rounding leaves it short, 0.0 when there is none."""
+    out: dict[str, float] = {}
+    for name, q in QUANTILES.items():
+        acc, val = 0.0, ordered[-1][0] if ordered else 0.0
+        for t, w in ordered:
+            acc += w
+            if acc >= q * total - 1e-12:
+                val = t
+                break
+        out[name] = val
+    return out
+
+
 @dataclass(frozen=True)
 class Prediction:
     """One configuration at one load point (whole deployment: all replicas)."""
@@ -596,7 +620,6 @@ class Predictor:
                 gaps: list[tuple[float, float]] | None = None, resumed: float = 0.0) -> Prediction:
         """Means and approximate percentiles from a replica's steady state."""
         I, O = self.input_len, self.output_len
-        dp = cfg.dp
         ovh = cm.request_overhead_s
         chunked = bool(self.profile.get("chunked_prefill", 1))
         dec = max(O - 1.0, 0.0)
@@ -612,16 +635,7 @@ class Predictor:
         dist = gaps if gaps else self._steady_gaps(st, 1.0)
         total = sum(w for _, w in dist) or 1.0
         gap_mean = sum(t * w for t, w in dist) / total + tok
-        ordered = sorted(dist)
-        gap_q: dict[str, float] = {}
-        for name, q in QUANTILES.items():
-            acc, val = 0.0, ordered[-1][0] if ordered else 0.0
-            for t, w in ordered:
-                acc += w
-                if acc >= q * total - 1e-12:
-                    val = t
-                    break
-            gap_q[name] = val + tok
+        gap_q = {k: v + tok for k, v in _weighted_quantiles(sorted(dist), total).items()}
         if resumed > 0 and dec > 0:
             # Time spent preempted between tokens: spread over the request's decode.
             dist = [(t + resumed / dec, w) for t, w in dist]
@@ -699,21 +713,15 @@ class Predictor:
             decode_seqs=int(round(st.decodes_mixed)),
             decode_context=round(st.decodes_mixed) * (I + dec / 2),
         )
-        dec_batch = Batch.decode(max(1, int(round(st.decodes_pure))), I + dec / 2)
-        return Prediction(
-            tp=cfg.tp,
-            dp=dp,
-            max_num_batched_tokens=budget,
-            max_num_seqs=seqs,
+        dec_batch = Batch.decode(max(1, int(round(st.decodes_pure))), I + dec / 2) if dec > 0 else None
+        return self._prediction(
+            cfg, cm, budget, seqs, x, pf_batch, dec_batch,
             concurrency=concurrency,
             request_rate=request_rate,
-            ttft_ms=Stats(ttft_mean * 1e3, *(ttft_q[k] * 1e3 for k in QUANTILES)),
-            itl_ms=Stats(gap_mean * 1e3, *(itl_q[k] * 1e3 for k in QUANTILES)),
-            tpot_ms=Stats(tpot_mean * 1e3, *(tpot_q[k] * 1e3 for k in QUANTILES)),
-            e2e_s=Stats(e2e_mean, *(e2e_q[k] for k in QUANTILES)),
-            req_per_s=x * dp,
-            output_tok_per_s=x * dp * O,
-            input_tok_per_s=x * dp * I,
+            ttft_ms=_stats(ttft_mean, ttft_q, 1e3),
+            itl_ms=_stats(gap_mean, itl_q, 1e3),
+            tpot_ms=_stats(tpot_mean, tpot_q, 1e3),
+            e2e_s=_stats(e2e_mean, e2e_q),
             running=st.n,
             queued=wait * x,
             limited_by=limited,
@@ -721,8 +729,26 @@ class Predictor:
             prefill_chunks=st.k,
             step_ms_mixed=st.t_mixed * 1e3,
             step_ms_decode=st.t_pure * 1e3,
+        )
+
+    def _prediction(self, cfg: ServerConfig, cm: CostModel, budget: int, seqs: int, x: float, pf_batch: Batch,
+                    dec_batch: Batch | None, **fields) -> Prediction:
+        """A :class:`Prediction` from one replica's figures: what every path derives alike
+        (the knobs; the whole deployment's throughputs from a replica's request rate ``x``;
+        the bottlenecks of the step prefill chunks ride in and of the pure decode step, None
+        when requests have a single output token) plus the path's own ``fields``."""
+        dp = cfg.dp
+        return Prediction(
+            tp=cfg.tp,
+            dp=dp,
+            max_num_batched_tokens=budget,
+            max_num_seqs=seqs,
+            req_per_s=x * dp,
+            output_tok_per_s=x * dp * self.output_len,
+            input_tok_per_s=x * dp * self.input_len,
             prefill_bottleneck=cm.breakdown(pf_batch).bottleneck,
-            decode_bottleneck=cm.breakdown(dec_batch).bottleneck if dec > 0 else "n/a (one output token)",
+            decode_bottleneck=cm.breakdown(dec_batch).bottleneck if dec_batch is not None else "n/a (one output token)",
+            **fields,
         )
 
     def curve(self, cfg: ServerConfig, concurrencies) -> list[Prediction]:
@@ -799,34 +825,21 @@ class Predictor:
         gaps = [(t_dec + tok, max(dec - 1, 0.0)), (first_gap + tok, 1.0 if dec >= 1 else 0.0)]
         ordered = sorted(g for g in gaps if g[1] > 0) or [(0.0, 1.0)]
         total = sum(g[1] for g in ordered)
-        itl_q = {}
-        for k, q in QUANTILES.items():
-            acc = 0.0
-            itl_q[k] = ordered[-1][0]
-            for t, wt in ordered:
-                acc += wt
-                if acc >= q * total - 1e-12:
-                    itl_q[k] = t
-                    break
+        itl_q = _weighted_quantiles(ordered, total)
         itl_mean = sum(t * wt for t, wt in ordered) / total
         e2e_q = {k: e2e for k in QUANTILES}
         limited = "load" if c <= cap + 1e-9 else cap_reason
         pf_batch = Batch(prefill_tokens=int(p), prefill_attn=p * (I + cached) / 2.0, prefill_kv=p * I / Ic,
                          prefill_seqs=max(1, int(p / Ic)))
-        return Prediction(
-            tp=cfg.tp,
-            dp=dp,
-            max_num_batched_tokens=budget,
-            max_num_seqs=seqs,
+        dec_batch = Batch.decode(max(1, int(round(w))), ctx) if dec > 0 else None
+        return self._prediction(
+            cfg, cm, budget, seqs, x, pf_batch, dec_batch,
             concurrency=concurrency,
             request_rate=None,
-            ttft_ms=Stats((ovh + wait + mean_in) * 1e3, *(ttft_q[k] * 1e3 for k in QUANTILES)),
-            itl_ms=Stats(itl_mean * 1e3, *(itl_q[k] * 1e3 for k in QUANTILES)),
-            tpot_ms=Stats(tpot_mean * 1e3, *(tpot_q[k] * 1e3 for k in QUANTILES)),
-            e2e_s=Stats(e2e, *(e2e_q[k] for k in QUANTILES)),
-            req_per_s=x * dp,
-            output_tok_per_s=x * dp * O,
-            input_tok_per_s=x * dp * I,
+            ttft_ms=_stats(ovh + wait + mean_in, ttft_q, 1e3),
+            itl_ms=_stats(itl_mean, itl_q, 1e3),
+            tpot_ms=_stats(tpot_mean, tpot_q, 1e3),
+            e2e_s=_stats(e2e, e2e_q),
             running=w,
             queued=max(0.0, c - w),
             limited_by=limited,
@@ -834,8 +847,6 @@ class Predictor:
             prefill_chunks=steps_pf,
             step_ms_mixed=t_pf * 1e3,
             step_ms_decode=t_dec * 1e3,
-            prefill_bottleneck=cm.breakdown(pf_batch).bottleneck,
-            decode_bottleneck=cm.breakdown(Batch.decode(max(1, int(round(w))), ctx)).bottleneck if dec > 0 else "n/a (one output token)",
         )
 
     def _steady_gaps(self, st: _State, weight: float) -> list[tuple[float, float]]:

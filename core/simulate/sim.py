@@ -222,14 +222,24 @@ class _Sim:
         R = self.reqs
         for rid in self.measured:
             if not math.isnan(self.send[rid]) and R.state[rid] not in (DONE, FAILED):
-                reason = "cancelled after the grace period"
-                if R.state[rid] == PENDING:
-                    R.state[rid] = FAILED
-                    R.error[rid] = reason
-                    R.end[rid] = t
-                    self.finished(rid, t)
-                else:
-                    self.replicas[R.replica[rid]].abort(rid, t, reason)
+                self.give_up(rid, t, "cancelled after the grace period")
+
+    def fail(self, rid: int, t: float, reason: str) -> None:
+        """A request that never reaches the engine fails at ``t`` (the client sees it then)."""
+        R = self.reqs
+        R.state[rid] = FAILED
+        R.error[rid] = reason
+        R.end[rid] = t
+        self.finished(rid, t)
+
+    def give_up(self, rid: int, t: float, reason: str) -> None:
+        """The client abandons an unfinished request: one still in the API server never
+        reaches the engine; one on the engine is aborted there (freeing its KV cache)."""
+        R = self.reqs
+        if R.state[rid] == PENDING:
+            self.fail(rid, t, reason)
+        else:
+            self.replicas[R.replica[rid]].abort(rid, t, reason)
 
     # Event kinds: 0 = the schedule wants to send, 1 = the request reaches the engine,
     # 2 = the client has received the whole response, 3 = the client's timeout fires.
@@ -249,14 +259,7 @@ class _Sim:
         st = R.state[rid]
         if st == DONE or st == FAILED:
             return
-        reason = f"timeout: no complete response within {self.timeout:g} s"
-        if st == PENDING:  # still in the API server: never reaches the engine
-            R.state[rid] = FAILED
-            R.error[rid] = reason
-            R.end[rid] = t
-            self.finished(rid, t)
-        else:
-            self.replicas[R.replica[rid]].abort(rid, t, reason)
+        self.give_up(rid, t, f"timeout: no complete response within {self.timeout:g} s")
 
     def want_send(self, rid: int, t: float) -> None:
         if self.in_flight < self.cap:
@@ -269,13 +272,10 @@ class _Sim:
         if R.state[rid] == FAILED:  # timed out before it got here
             return
         if R.P[rid] + R.O[rid] > self.max_len:
-            R.state[rid] = FAILED
-            R.error[rid] = (
+            self.fail(rid, t, (
                 f"HTTP 400: prompt ({R.P[rid]} tokens) plus max_tokens ({R.O[rid]}) exceeds "
                 f"max_model_len {self.max_len}"
-            )
-            R.end[rid] = t
-            self.finished(rid, t)
+            ))
             return
         reps = self.replicas
         if len(reps) == 1:
@@ -383,26 +383,24 @@ def simulate(
     workload: Workload,
     load: LoadPoint,
     seed: int = 0,
-    *,
-    engine: str = "vllm",
-    engine_version: str | None = None,
-    router: str = "least-loaded",
-    request_timeout_s: float | None = None,
-    grace_s: float = 30.0,
-    sample_interval_s: float | None = None,
-    cost=None,
-    kv_tokens: int | None = None,
+    **options,
 ) -> SimResult:
     """Simulate one load point of ``workload`` on ``config`` (see the module docstring).
 
     Deterministic: the same arguments give the same records. The request lengths come from
     ``workload.seed`` and the open-loop schedule from ``seed``, as in the load generator
-    (``make_prompts`` and ``run_load(seed=...)``). ``router`` spreads
-    requests over ``config.dp`` replicas (``least-loaded``: fewest running + waiting, as
-    vLLM's data-parallel front end does; ``round-robin``: as a plain load balancer does).
+    (``make_prompts`` and ``run_load(seed=...)``).
+
+    ``options`` are :func:`simulate_detailed`'s keyword-only arguments (declared there once,
+    with their defaults):
+    ``engine``, ``engine_version``: whose scheduler and cost profile (default current vLLM).
+    ``router`` spreads requests over ``config.dp`` replicas (``least-loaded``: fewest
+    running + waiting, as vLLM's data-parallel front end does; ``round-robin``: as a plain
+    load balancer does).
     ``request_timeout_s``: the client gives up on a request that has not completed this
     long after it was sent (the engine aborts it, freeing its KV cache; it is recorded as
     failed), as the real client does with its timeout.
+    ``grace_s``: with ``load.duration_s``, how long in-flight requests may still finish.
     ``sample_interval_s``: spacing of the time series (default: about 500 samples).
     ``cost``: prices the steps instead of the estimator's cost model (anything with its
     ``step_seconds``, ``request_overhead_s`` and ``output_token_overhead_s``, e.g. a fitted
@@ -410,11 +408,7 @@ def simulate(
     cache per replica when it is set directly rather than planned (vLLM on CPU).
     Raises :class:`InfeasibleConfig` where a real vLLM would not start.
     """
-    return simulate_detailed(
-        arch, hardware, config, workload, load, seed, engine=engine, engine_version=engine_version,
-        router=router, request_timeout_s=request_timeout_s, grace_s=grace_s, sample_interval_s=sample_interval_s,
-        cost=cost, kv_tokens=kv_tokens,
-    )[0]
+    return simulate_detailed(arch, hardware, config, workload, load, seed, **options)[0]
 
 
 def simulate_detailed(
@@ -434,8 +428,8 @@ def simulate_detailed(
     cost=None,
     kv_tokens: int | None = None,
 ) -> tuple[SimResult, list[Replica], Requests]:
-    """:func:`simulate`, also returning the replicas and the per-request state (for tests
-    and diagnostics)."""
+    """:func:`simulate` (whose docstring describes the arguments), also returning the
+    replicas and the per-request state (for tests and diagnostics)."""
     if router not in ROUTERS:
         raise BadInput(f"unknown router {router!r}", f"use one of {', '.join(ROUTERS)}")
     arch = _apply_quantization(arch, config)
@@ -591,33 +585,25 @@ def _result(sim: _Sim, reqs: Requests, origin: float, busy0: float, mem: MemoryP
                 times = times + tok_s * np.arange(1, m + 1)
             times = times - origin
             end = float(times[-1])
-            append(
-                RequestRecord(
-                    index=index,
-                    send_time=send,
-                    scheduled_time=rec_sched,
-                    input_tokens=reqs.P[rid],
-                    output_tokens=m,
-                    chunk_times=times,
-                    chunk_tokens=_ones(m),
-                    end_time=end,
-                    simulated=True,
-                )
-            )
+            out, chunk_times, chunk_tokens, rec_end, error = m, times, _ones(m), end, None
         else:
             end = sim.client_end[rid] - origin if not math.isnan(sim.client_end[rid]) else send
-            append(
-                RequestRecord(
-                    index=index,
-                    send_time=send,
-                    scheduled_time=rec_sched,
-                    input_tokens=reqs.P[rid],
-                    output_tokens=0,
-                    end_time=end if st == FAILED else None,
-                    error=reqs.error[rid] or "not completed",
-                    simulated=True,
-                )
+            out, chunk_times, chunk_tokens = 0, [], []
+            rec_end, error = (end if st == FAILED else None), reqs.error[rid] or "not completed"
+        append(
+            RequestRecord(
+                index=index,
+                send_time=send,
+                scheduled_time=rec_sched,
+                input_tokens=reqs.P[rid],
+                output_tokens=out,
+                chunk_times=chunk_times,
+                chunk_tokens=chunk_tokens,
+                end_time=rec_end,
+                error=error,
+                simulated=True,
             )
+        )
         if end > last:
             last = end
     duration = last
