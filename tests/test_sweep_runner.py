@@ -281,3 +281,67 @@ def test_one_runner_per_study(tmp_path):
     with pytest.raises(BadInput, match="is being run by pid"):
         Runner(store, name).run()
     assert store.study(name)["runner_pid"] == os.getppid() and store.points(name) == []
+
+
+def test_progress_events_carry_simulated_gpu_memory(tmp_path):
+    """Every simulated point ends with a progress event holding the trial's GPU memory at the
+    point's peak KV use (weights and reserves plus the KV cache in use), labelled simulated."""
+    from core.catalog import resolve_hardware
+    from core.serve.telemetry import GIB
+
+    store = StudyStore(tmp_path / "knee.db")
+    name = create_study(store, small_spec(client_args="max_concurrency=[1,32];num_prompts=200"), "gpu")
+    Runner(store, name).run()
+    ends = [e.data for e in store.events(name) if e.kind == "progress" and e.data.get("phase") == "end"]
+    assert len(ends) == 4
+    usable = resolve_hardware(instance="ml.g6.12xlarge").gpu.usable_bytes / GIB
+    tps = {t.trial_id: t.server_args["tensor_parallel_size"] for t in store.trials(name)}
+    by = {}
+    for d in ends:
+        g, tp = d["gpu"], tps[d["trial_id"]]
+        assert g["simulated"] and g["gpus"] == tp
+        assert g["total_gib"] == pytest.approx(usable * tp)
+        assert 0 < g["used_gib"] <= g["total_gib"] * 0.9 + 1e-6  # within gpu_memory_utilization
+        assert d["gpu_memory"] == f"{g['used_gib']:.1f}/{g['total_gib']:.1f} GiB (sim)"
+        assert d["kv_cache_usage"] == g["kv_usage"]
+        by[(tp, d["client_args"]["max_concurrency"])] = g
+    for tp in (1, 4):  # more requests in flight hold more KV cache
+        assert by[(tp, 32)]["used_gib"] > by[(tp, 1)]["used_gib"]
+    # The point's events come in order: its end-of-point progress just before point_done.
+    k = [e.kind for e in store.events(name)]
+    assert all(k[i - 1] == "progress" for i, x in enumerate(k) if x == "point_done")
+
+
+def test_gpu_memory_line_from_nvml_samples():
+    from core.serve.telemetry import format_gpu, gpu_live
+
+    two = [{"mem_used_gb": 40.0, "mem_total_gb": 85.0, "util_pct": 90.0, "power_w": 300.0},
+           {"mem_used_gb": 20.0, "mem_total_gb": 85.0, "util_pct": 70.0}]  # no power reading
+    g = gpu_live(two)
+    assert g["gpus"] == 2 and g["util_pct"] == 80.0 and g["power_w"] == 300.0 and not g["simulated"]
+    assert format_gpu(g) == f"{60e9 / 2**30:.1f}/{170e9 / 2**30:.1f} GiB · 80% · 300 W"
+    assert gpu_live([{}]) is None and format_gpu(None) == ""
+
+
+def test_nvml_telemetry_where_present():
+    """On a machine with NVIDIA GPUs and nvidia-ml-py, the sampler's latest NVML sample gives
+    the live line (used/total, utilization, power)."""
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no NVML here: {e}")
+    if n == 0:
+        pytest.skip("no NVIDIA GPU")
+    import time
+
+    from core.serve.telemetry import TelemetrySampler, format_gpu, gpu_live
+
+    with TelemetrySampler(None, gpus=[0], interval_s=0.1) as t:
+        time.sleep(0.5)
+    g = gpu_live(t.latest_gpus)
+    assert g is not None and g["gpus"] == 1 and 0 < g["used_gib"] <= g["total_gib"]
+    assert "GiB" in format_gpu(g) and "(sim)" not in format_gpu(g)
+    assert t.summary()["gpus"][0]["max_mem_used_gb"] > 0

@@ -257,26 +257,65 @@ async def test_a_model_that_does_not_fit_is_explained_on_the_estimate():
         assert "use more GPUs" in limits  # the memory plan's reason for TP1
 
 
+LONG_PLAN = {  # enough simulated work to still be running when a key is pressed
+    "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
+    "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
+}
+
+
 @pytest.mark.slow
-async def test_pause_interrupts_the_runner_and_resume_continues_the_study(tmp_path):
-    plan = demo_plan().model_copy(update={
-        "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
-        "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
-    })
-    app = make_app(plan, storage=str(tmp_path / "knee.db"))
+async def test_stop_interrupts_the_runner_and_resume_continues_the_study(tmp_path):
+    app = make_app(demo_plan().model_copy(update=LONG_PLAN), storage=str(tmp_path / "knee.db"))
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("f3", "n")
         await wait_until(pilot, lambda: app.sweep is not None and app.sweep.running)
         study = app.sweep.study
-        await pilot.press("p")
+        await pilot.press("s")
         await wait_until(pilot, lambda: app.sweep.status == "interrupted" and not app.sweep.runner_alive)
         done_before = app.sweep.done_points
         await pilot.press("r")
         await wait_until(pilot, lambda: app.sweep.running)
         assert app.sweep.study == study  # the same study goes on
         await wait_until(pilot, lambda: app.sweep.done_points > done_before, timeout=60)
-        await pilot.press("p")
+        await pilot.press("s")
         await wait_until(pilot, lambda: app.sweep.status == "interrupted" and not app.sweep.runner_alive)
+
+
+@pytest.mark.slow
+async def test_p_pauses_the_sweep_after_its_point_and_p_again_continues(tmp_path):
+    from core.results.store import StudyStore
+
+    app = make_app(demo_plan().model_copy(update=LONG_PLAN), storage=str(tmp_path / "knee.db"))
+    notes: list[str] = []
+    app.notify = lambda message, **kw: notes.append(str(message))  # what the user is told
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("f3", "n")
+        await wait_until(pilot, lambda: app.sweep is not None and app.sweep.running and app.sweep.done_points >= 1)
+        screen, study = app.screen, app.sweep.study
+        assert screen.active_bindings["p"].binding.description == "Pause"
+        await pilot.press("p")
+        assert "pausing after the load point in flight" in notes[-1]
+        await wait_until(pilot, lambda: app.sweep.state == "paused", what="the paused state")
+        await pilot.pause(0.2)
+        assert app.sweep.running  # the runner waits; it did not exit
+        assert str(screen.live.query_one("#live-text").render()).startswith("paused")
+        assert str(screen.mode_bar.query_one("#status").render()) == f"{study} · paused"
+        assert screen.active_bindings["p"].binding.description == "Continue"
+        store = StudyStore(app.sweep_control.storage)
+        stored = len(store.points(study))
+        await pilot.pause(1.5)
+        assert len(store.points(study)) == stored  # nothing measured while paused
+        await pilot.press("p")
+        assert "continuing" in notes[-1]
+        await wait_until(pilot, lambda: app.sweep.state == "running" and len(store.points(study)) > stored,
+                         what="points after continuing")
+        assert screen.active_bindings["p"].binding.description == "Pause"
+        kinds = [e.kind for e in store.events(study) if e.kind in ("paused", "continued")]
+        assert kinds == ["paused", "continued"]
+        await pilot.press("s")
+        await wait_until(pilot, lambda: app.sweep.status == "interrupted" and not app.sweep.runner_alive)
+        assert "stopping" in notes[-1]
+        store.close()
 
 
 async def test_engine_choice_shows_its_own_fields_with_their_checks():

@@ -30,6 +30,7 @@ import os
 import socket
 import sqlite3
 import time
+import typing
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -113,6 +114,19 @@ requests_t = sa.Table(
     sa.Column("n", sa.Integer),
     sa.Column("blob", sa.LargeBinary),  # zlib(JSON) of columnar per-request arrays
 )
+# What the study's runner is asked to do: "run", "pause" (finish the load point in flight,
+# then wait) or "stop" (interrupt). A row in the store rather than a signal, so a viewer on
+# another machine that shares the store (any SQLAlchemy URL) can pause a runner it cannot
+# signal. Its own table, so stores made before it existed gain it without a migration.
+control_t = sa.Table(
+    "knee_control",
+    _md,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("requested_state", sa.String(10), nullable=False),
+    sa.Column("requested_at", sa.Float),
+    sa.Column("requested_by", sa.String(200)),  # host:pid of whoever asked
+)
+RUNNER_STATES = ("run", "pause", "stop")
 events_t = sa.Table(
     "knee_events",
     _md,
@@ -275,6 +289,32 @@ class StudyStore:
     def heartbeat(self, name: str) -> None:
         self.set_study(name, heartbeat_at=time.time())
 
+    # ---- runner control -------------------------------------------------------------------
+    def request_state(self, study: str, state: str) -> None:
+        """Ask the study's runner to ``run`` (continue), ``pause`` or ``stop``; it reads this
+        between load points (a pause) and about twice a second (a stop)."""
+        if state not in RUNNER_STATES:
+            raise BadInput(f"unknown runner state {state!r}", f"one of {', '.join(RUNNER_STATES)}")
+        by = f"{socket.gethostname()}:{os.getpid()}"
+        values = {"requested_state": state, "requested_at": time.time(), "requested_by": by}
+        for _ in range(3):
+            try:
+                with self.engine.begin() as c:
+                    if not c.execute(sa.select(studies_t.c.name).where(studies_t.c.name == study)).first():
+                        raise BadInput(f"no study named {study!r} in {self.url}", "see knee results --list")
+                    if not c.execute(control_t.update().where(control_t.c.study == study).values(**values)).rowcount:
+                        c.execute(control_t.insert().values(study=study, **values))
+                return
+            except sa.exc.IntegrityError:
+                continue  # another process inserted the row first: the next try updates it
+        raise BadInput(f"could not record the request for study {study!r}")
+
+    def requested_state(self, study: str) -> str:
+        """What the runner of ``study`` is asked to do: run (the default), pause or stop."""
+        with self.engine.connect() as c:
+            row = c.execute(sa.select(control_t.c.requested_state).where(control_t.c.study == study)).first()
+        return row[0] if row else "run"
+
     # ---- trials ---------------------------------------------------------------------------
     def upsert_trial(self, study: str, trial_key: str, server_args: dict[str, Any], **values: Any) -> int:
         """The trial id of ``trial_key`` in ``study`` (created when new); updates ``values``."""
@@ -409,7 +449,7 @@ class StudyStore:
             q = q.where(events_t.c.kind.in_(list(kinds)))
         with self.engine.connect() as c:
             rows = c.execute(q.order_by(events_t.c.seq).limit(limit)).mappings().all()
-        return [Event(seq=r["seq"], study=r["study"], time=r["time"], kind=r["kind"], data=json.loads(r["data"] or "{}")) for r in rows]
+        return [_event(r) for r in rows]
 
     def follow(self, study: str, after: int = 0, poll_s: float = 0.1, stop_when_done: bool = True) -> Iterator[Event]:
         """Yield events as they are appended (tail -f on the study). Ends after a
@@ -430,6 +470,17 @@ class StudyStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+# Kinds the Event model lists; the runner also emits "paused" and "continued", and a newer
+# runner may emit kinds this version has never heard of: a viewer shows what it knows and
+# must never fail on the rest.
+_EVENT_KINDS = frozenset(typing.get_args(Event.model_fields["kind"].annotation))
+
+
+def _event(r) -> Event:
+    fields = {"seq": r["seq"], "study": r["study"], "time": r["time"], "kind": r["kind"], "data": json.loads(r["data"] or "{}")}
+    return Event(**fields) if r["kind"] in _EVENT_KINDS else Event.model_construct(**fields)
 
 
 def _encode_trial_values(values: dict[str, Any]) -> dict[str, Any]:

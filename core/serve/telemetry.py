@@ -3,7 +3,8 @@
 A sampler thread scrapes about once a second while a load point runs and reduces the samples
 to a few numbers stored with the point: requests running and waiting (mean, max), KV-cache
 usage (mean, max), preemptions during the point, and per GPU memory, utilization and power.
-Scrape failures never fail a measurement; they are counted.
+Scrape failures never fail a measurement; they are counted. The runner's live progress
+events carry the latest NVML sample of the trial's GPUs (:func:`gpu_live`, :func:`format_gpu`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,44 @@ def parse_vllm_metrics(text: str) -> dict[str, float]:
     return out
 
 
+GIB = 1024**3
+
+
+def gpu_live(samples: list[dict[str, float]]) -> dict[str, Any] | None:
+    """One NVML sample of the trial's GPUs as the live panel's numbers: memory used and
+    total over all of them (GiB), mean utilization, total power; None without memory."""
+    mem = [s for s in samples if "mem_used_gb" in s and "mem_total_gb" in s]
+    if not mem:
+        return None
+    out: dict[str, Any] = {
+        "used_gib": sum(s["mem_used_gb"] for s in mem) * 1e9 / GIB,
+        "total_gib": sum(s["mem_total_gb"] for s in mem) * 1e9 / GIB,
+        "gpus": len(samples),
+        "simulated": False,
+    }
+    util = [s["util_pct"] for s in samples if "util_pct" in s]
+    if util:
+        out["util_pct"] = sum(util) / len(util)
+    power = [s["power_w"] for s in samples if "power_w" in s]
+    if power:
+        out["power_w"] = sum(power)
+    return out
+
+
+def format_gpu(g: dict[str, Any] | None) -> str:
+    """``41.2/44.4 GiB (sim)`` or ``61.0/79.6 GiB · 87% · 312 W``: short enough for a live line."""
+    if not g or g.get("used_gib") is None or g.get("total_gib") is None:
+        return ""
+    text = f"{g['used_gib']:.1f}/{g['total_gib']:.1f} GiB"
+    if g.get("simulated"):
+        return text + " (sim)"
+    if g.get("util_pct") is not None:
+        text += f" · {g['util_pct']:.0f}%"
+    if g.get("power_w") is not None:
+        text += f" · {g['power_w']:.0f} W"
+    return text
+
+
 class _Nvml:
     def __init__(self, gpus: list[int] | None):
         import pynvml  # optional dependency (nvidia-ml-py); ImportError = no NVML
@@ -54,9 +93,19 @@ class _Nvml:
         out = []
         for h in self.handles:
             d: dict[str, float] = {}
+            # One query at a time: a GPU without power readings (some boards, MIG slices)
+            # still reports its memory and utilization.
             try:
-                d["mem_used_gb"] = self.nv.nvmlDeviceGetMemoryInfo(h).used / 1e9
+                mem = self.nv.nvmlDeviceGetMemoryInfo(h)
+                d["mem_used_gb"] = mem.used / 1e9
+                d["mem_total_gb"] = mem.total / 1e9
+            except Exception:
+                pass
+            try:
                 d["util_pct"] = float(self.nv.nvmlDeviceGetUtilizationRates(h).gpu)
+            except Exception:
+                pass
+            try:
                 d["power_w"] = self.nv.nvmlDeviceGetPowerUsage(h) / 1000.0
             except Exception:
                 pass
@@ -86,6 +135,7 @@ class TelemetrySampler:
         self._first: dict[str, float] | None = None
         self._last: dict[str, float] | None = None
         self.latest: dict[str, float] = {}
+        self.latest_gpus: list[dict[str, float]] = []  # the last NVML sample, one dict per GPU
         try:
             self._nvml: _Nvml | None = _Nvml(gpus)
         except Exception:
@@ -127,7 +177,9 @@ class TelemetrySampler:
             except Exception:
                 self.errors += 1
         if self._nvml:
-            self.gpu_samples.append((time.monotonic(), self._nvml.sample()))
+            gpus = self._nvml.sample()
+            self.gpu_samples.append((time.monotonic(), gpus))
+            self.latest_gpus = gpus
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"samples": len(self.samples), "scrape_errors": self.errors}

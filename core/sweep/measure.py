@@ -26,6 +26,7 @@ class Measurement:
     duration_s: float
     simulated: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, Any] | None = None  # GPU memory for the live panel (core.serve.telemetry.gpu_live's keys)
 
 
 @dataclass
@@ -81,7 +82,32 @@ class SimMeasurer:
         ok = sum(1 for r in records if r.ok)
         on_progress({"completed": ok, "failed": len(records) - ok, "running": 0, "total": len(records), "elapsed_s": duration})
         extra = {"sim_preemptions": getattr(res, "preemptions", None), "sim_peak_kv_usage": getattr(res, "peak_kv_usage", None), "sim_busy_fraction": getattr(res, "busy_fraction", None)}
-        return Measurement(records=records, duration_s=duration, simulated=True, extra={k: v for k, v in extra.items() if v is not None})
+        return Measurement(records=records, duration_s=duration, simulated=True, extra={k: v for k, v in extra.items() if v is not None},
+                           gpu=sim_gpu_memory(getattr(res, "memory", None), ctx.config.num_gpus, getattr(res, "peak_kv_usage", None)))
+
+
+def sim_gpu_memory(memory, num_gpus: int, kv_usage: float | None) -> dict[str, Any] | None:
+    """Simulated GPU memory of a trial at the point's peak KV use, summed over its GPUs.
+
+    ``memory`` is the simulator's per-GPU plan (``core.estimate.memory.MemoryPlan``): what
+    vLLM holds outside the KV cache (weights, activation peak, runtime) plus the part of the
+    KV cache in use, out of each GPU's usable memory. A real vLLM allocates its whole KV
+    cache at start, so NVML would show more; this shows how full the cache got.
+    """
+    from core.serve.telemetry import GIB
+
+    if memory is None or not getattr(memory, "visible_bytes", 0):
+        return None
+    usage = min(max(float(kv_usage or 0.0), 0.0), 1.0)
+    fixed = memory.weight_bytes + memory.activation_bytes + memory.runtime_bytes
+    used = fixed + max(memory.kv_bytes, 0.0) * usage
+    return {
+        "used_gib": used * num_gpus / GIB,
+        "total_gib": memory.visible_bytes * num_gpus / GIB,
+        "kv_usage": usage,
+        "gpus": num_gpus,
+        "simulated": True,
+    }
 
 
 class HttpMeasurer:

@@ -15,6 +15,14 @@ Guarantees:
   study is marked interrupted, and ``--resume`` runs only what is missing;
 - a runner killed with SIGKILL leaves its server pid in the store; the next run kills that
   process group (checked against its command line) before starting.
+
+Pause, continue and stop go through the store (:meth:`StudyStore.request_state`), so any
+process or machine that shares it can ask: the runner reads the request before each load
+point (and before each server launch), and while paused every ``CONTROL_POLL_S``. A pause
+lets the point in flight finish and be stored, emits ``paused``, keeps the trial's server up
+and waits; ``run`` emits ``continued`` and goes on with the next point. A stop is also
+watched for on a thread while a point runs or a server starts, and ends the run as a signal
+does (server torn down, study interrupted, ``--resume`` runs what is missing).
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from core.results.store import StudyStore
 from core.serve import process as proc_mod
 from core.serve.engines import Server, launch
 from core.serve.process import CRASHED, ServerFailed
-from core.serve.telemetry import TelemetrySampler
+from core.serve.telemetry import TelemetrySampler, format_gpu, gpu_live
 from core.spec.slo import parse_constraints
 from core.spec.study import PointRow, SweepSpec
 from core.sweep.measure import HttpMeasurer, Measurement, PointContext, SimMeasurer
@@ -44,6 +52,8 @@ TOO_MANY_ERRORS = "too_many_errors"
 INTERRUPTED = "interrupted"
 INFEASIBLE = "infeasible"
 PROGRESS_HZ = 4.0
+CONTROL_POLL_S = 0.5  # how often a pause/continue/stop request is read from the store
+BEAT_S = 2.0  # heartbeat spacing (remote viewers call a runner dead after 60 s without one)
 
 
 class _Interrupted(Exception):
@@ -138,6 +148,8 @@ class Runner:
         self._last_beat = 0.0
         self._last_progress = 0.0
         self._interrupt_signal: int | None = None
+        self._stop_requested = False  # a "stop" read from the store (set by the watcher thread)
+        self._watch_done = threading.Event()
         self.price_per_gpu_hour = None
         self._available_gpus: list[int] | None = None
         self._trial_gpus: list[int] | None = None
@@ -145,15 +157,67 @@ class Runner:
     # ---- events -----------------------------------------------------------------------------
     def emit(self, kind: str, /, **data: Any) -> None:
         self.store.emit(self.study, kind, **data)
-        now = time.time()
-        if now - self._last_beat > 2.0:
-            self.store.heartbeat(self.study)
-            self._last_beat = now
+        self._beat()
         if self.on_event is not None and not self._events_via_store:
             try:
                 self.on_event(kind, data)
             except Exception:
                 pass  # a display must never break a sweep
+
+    def _beat(self) -> None:
+        now = time.time()
+        if now - self._last_beat > BEAT_S:
+            self.store.heartbeat(self.study)
+            self._last_beat = now
+
+    # ---- pause / continue / stop through the store --------------------------------------------
+    def _watch_control(self) -> None:
+        # A stop must reach a runner that is launching a server or measuring a long point,
+        # and a runner on another machine cannot be signalled: this thread reads the request
+        # and sets the cancel event every wait in the runner already honours (the launch's
+        # readiness poll, the load client, the rest between launches).
+        while not self._watch_done.wait(CONTROL_POLL_S):
+            try:
+                state = self.store.requested_state(self.study)
+            except Exception:
+                continue  # a busy store must not end the sweep
+            if state == "stop":
+                self._stop_requested = True
+                self.cancel.set()
+                return
+
+    def _start_watch(self) -> None:
+        threading.Thread(target=self._watch_control, name="knee-control", daemon=True).start()
+
+    def _requested(self) -> str:
+        if self._stop_requested:
+            return "stop"
+        state = self.store.requested_state(self.study)
+        if state == "stop":
+            self._stop_requested = True
+            self.cancel.set()
+        return state
+
+    def _checkpoint(self, trial_id: int | None = None, server_up: bool = False) -> None:
+        """Before a load point or a launch: stop, or wait out a pause, if the store asks."""
+        state = self._requested()
+        if state == "stop":
+            raise _Interrupted("stop")
+        if state != "pause":
+            return
+        # A parallel coordinator announces the pause once for all of its workers.
+        announce = self.worker_trial is None
+        t0 = time.monotonic()
+        if announce:
+            self.emit("paused", trial_id=trial_id, server_up=server_up, points_run=self.summary.points_run)
+        while state == "pause":
+            time.sleep(CONTROL_POLL_S)  # a signal still interrupts the wait
+            self._beat()  # paused is alive: viewers on other machines go by the heartbeat
+            state = self._requested()
+        if state == "stop":
+            raise _Interrupted("stop")
+        if announce:
+            self.emit("continued", trial_id=trial_id, paused_s=time.monotonic() - t0)
 
     # ---- signals ----------------------------------------------------------------------------
     def _handler(self, signum, frame):  # noqa: ANN001
@@ -186,6 +250,7 @@ class Runner:
                 raise BadInput(f"study {self.study!r} is being run by pid {row['runner_pid']} on {row.get('runner_host')}", "follow it with knee attach")
             self._cleanup_stale()
             self.store.claim_runner(self.study)
+            self._start_watch()
             strategy = make_strategy(self.spec, self.predictor)
             done = {p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")}
             self.emit(
@@ -210,7 +275,9 @@ class Runner:
                 n_skipped_seen = len(strategy.skipped)
                 if trial is None:
                     break
+                self._checkpoint()
                 self._run_trial(strategy, trial, done)
+            self._finish_control()
             self.store.set_study(self.study, status="done", runner_pid=None)
             self.summary.wall_s = time.monotonic() - t0
             if hasattr(strategy, "sla_result"):
@@ -231,15 +298,27 @@ class Runner:
             self._stop_server()
             self.summary.interrupted = True
             self.summary.wall_s = time.monotonic() - t0
+            stopped = self._stop_requested and not self._interrupt_signal
+            self._finish_control()
             self.store.set_study(self.study, status="interrupted", runner_pid=None)
-            name = signal.Signals(self._interrupt_signal).name if self._interrupt_signal else "SIGINT"
+            name = "stop request" if stopped else signal.Signals(self._interrupt_signal).name if self._interrupt_signal else "SIGINT"
             self.emit("study_interrupted", signal=name, **_summary_dict(self.summary))
             return self.summary
         finally:
+            self._watch_done.set()
             self._stop_workers()
             self._stop_server()
             for s, h in old.items():
                 signal.signal(s, h)
+
+    def _finish_control(self) -> None:
+        """The request was for this run: a later --resume starts running, not paused or stopped."""
+        self._watch_done.set()
+        try:
+            if self.store.requested_state(self.study) != "run":
+                self.store.request_state(self.study, "run")
+        except Exception:
+            pass  # the study is over either way
 
     # ---- parallel trials on disjoint GPUs ---------------------------------------------------
     # Each trial runs in its own worker process (its own load client and GIL, so two
@@ -282,8 +361,17 @@ class Runner:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         log_dir = self.log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
+        held = False  # a pause holds back new workers; running ones pause between points
         while pending or self._workers:
-            for t in list(pending):
+            if self._stop_requested:
+                raise _Interrupted("stop")
+            hold = self._requested() == "pause"
+            if hold != held:
+                held = hold
+                self.emit("paused" if hold else "continued", trial_id=None, server_up=bool(self._workers), points_run=self.summary.points_run)
+            if hold:
+                self._beat()
+            for t in ([] if hold else list(pending)):
                 need = self._need(t)
                 if need > len(gpus):
                     pending.remove(t)
@@ -347,10 +435,12 @@ class Runner:
             if trial is None:
                 raise BadInput(f"no trial {self.worker_trial!r} in study {self.study!r}")
             done = {p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")}
+            self._start_watch()
             self._run_trial(strategy, trial, done)
         except (_Interrupted, KeyboardInterrupt):
             self.summary.interrupted = True
         finally:
+            self._watch_done.set()
             self._stop_server()
             for s_, h in old.items():
                 signal.signal(s_, h)
@@ -447,6 +537,7 @@ class Runner:
                     strategy.observe(trial, point, done[point.point_id])
                     self.summary.points_resumed += 1
                 else:
+                    self._checkpoint(tid, server_up=server is not None)
                     row = self._measure(trial, tid, point, server, cmd)
                     strategy.observe(trial, point, row)
                     if row.status == "failed" and row.reason and row.reason.startswith(CRASHED):
@@ -552,6 +643,8 @@ class Runner:
             # Supervise: progress at PROGRESS_HZ, and a server death noticed within 0.25 s.
             while th.is_alive():
                 th.join(1.0 / PROGRESS_HZ)
+                if self._stop_requested:
+                    raise _Interrupted("stop")  # as a signal: the point in flight is dropped
                 if server is not None and server.process is not None and died is None:
                     code = server.process.exit_code()
                     if code is not None:
@@ -565,6 +658,7 @@ class Runner:
                     srv = telemetry.latest if telemetry else {}
                     data = {**latest, **label, "phase": "run", "elapsed_s": now - t0}
                     data.update(server_running=srv.get("running"), server_waiting=srv.get("waiting"), kv_cache_usage=srv.get("kv_cache_usage"))
+                    data.update(_gpu_fields(gpu_live(telemetry.latest_gpus) if telemetry else None))
                     self.emit("progress", **data)
         finally:
             if telemetry:
@@ -576,7 +670,7 @@ class Runner:
         if died is not None:
             tail = server.process.tail() if server and server.process else ""
             # The cancel was for this point only; the study goes on.
-            if not self._interrupt_signal:
+            if not self._interrupt_signal and not self._stop_requested:
                 self.cancel.clear()
             row = self._row(trial, tid, point, status="failed", reason=f"{CRASHED}: server exited with code {died} during the load point\n{tail}", started_at=started, ended_at=time.time(), gpu_seconds=wall * trial.config.num_gpus, cmd=cmd, telemetry=telemetry.summary() if telemetry else {})
             self.store.save_point(row)
@@ -595,8 +689,17 @@ class Runner:
             self.emit("point_done", status="failed", reason=row.reason, **label)
             return row
         m: Measurement = box["m"]
-        if self.cancel.is_set() and self._interrupt_signal:
+        if self.cancel.is_set() and (self._interrupt_signal or self._stop_requested):
             raise _Interrupted("signal")
+        # The point's last live numbers: what a viewer keeps showing until the next point. A
+        # simulated point ends before the first 4 Hz tick, so this is its only progress event.
+        gpu = m.gpu or (gpu_live(telemetry.latest_gpus) if telemetry else None)
+        end = {**latest, **label, "phase": "end", "elapsed_s": wall, **_gpu_fields(gpu)}
+        if telemetry and telemetry.latest:
+            end.update(server_running=telemetry.latest.get("running"), server_waiting=telemetry.latest.get("waiting"), kv_cache_usage=telemetry.latest.get("kv_cache_usage"))
+        elif gpu and gpu.get("kv_usage") is not None:
+            end["kv_cache_usage"] = gpu["kv_usage"]  # simulated: the peak, as in the GPU memory
+        self.emit("progress", **end)
         summary = summarize(m.records, m.duration_s, slo=self.slo)
         summary.update({k: v for k, v in m.extra.items() if isinstance(v, (int, float, bool, str))})
         n = len(m.records)
@@ -636,6 +739,11 @@ class Runner:
             **label,
         )
         return row
+
+
+def _gpu_fields(gpu: dict[str, Any] | None) -> dict[str, Any]:
+    """Progress-event fields for GPU memory: the numbers, and the line viewers show."""
+    return {"gpu": gpu, "gpu_memory": format_gpu(gpu)} if gpu else {}
 
 
 def _f(v: Any) -> float | None:

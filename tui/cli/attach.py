@@ -1,5 +1,6 @@
 """`knee attach`: follow a running sweep (its events from the study store). Ctrl-C detaches
-the view only; the sweep goes on in its own process."""
+the view only; the sweep goes on in its own process. A paused sweep shows its ``paused`` and
+``continued`` events; its runner stays alive (and its heartbeat fresh) while it waits."""
 
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ def run(args) -> int:
         # Start from the study's latest study_started event, so the header is shown.
         starts = store.events(study, kinds=["study_started"])
         after = starts[-1].seq - 1 if starts else 0
-    print(f"knee: attached to {study!r} ({row['status']}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
+    state = row["status"]
+    if state == "running" and store.requested_state(study) == "pause":
+        state = f"paused; go on with: knee sweep --continue --study {study}"
+    print(f"knee: attached to {study!r} ({state}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
     last_check = time.monotonic()
     try:
         while True:

@@ -3,7 +3,8 @@
 Runs the sweep runner in this process with a plain progress display on stderr, or with
 ``--detach`` as its own process that ``knee attach`` (and the TUI) follow. Every finished
 load point is in the study store (``.knee/knee.db``) before the next starts; ``--resume``
-runs only what is missing.
+runs only what is missing. ``--pause``, ``--continue`` and ``--stop`` steer a running sweep
+through its store, from any terminal or machine that shares it (``tui.data.sweep_control``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,13 @@ def register(sub) -> None:
     p.add_argument("--early-stop", action="store_true", default=None, help="end a load point once throughput and latency have converged (real engines)")
     p.add_argument("--parallel", action="store_true", default=None, help="grid: run server configurations side by side on disjoint GPUs (each pinned with CUDA_VISIBLE_DEVICES)")
     p.add_argument("--study", help="study name (default: model-date-time)")
-    p.add_argument("--resume", "--continue", "-c", action="store_true", help="continue a study: run only the load points not stored yet")
+    control = p.add_mutually_exclusive_group()
+    control.add_argument("--resume", "--continue", "-c", nargs="?", const=True, default=False, metavar="STUDY",
+                         help="continue a study (default --study, else the latest): a paused sweep goes on; an interrupted one runs only the load points not stored yet")
+    control.add_argument("--pause", nargs="?", const=True, default=False, metavar="STUDY",
+                         help="pause a running sweep after the load point in flight (its server stays up); --continue goes on")
+    control.add_argument("--stop", nargs="?", const=True, default=False, metavar="STUDY",
+                         help="stop a running sweep now (the point in flight is dropped; --resume runs what is missing)")
     p.add_argument("--workspace", help="directory of the study store and logs (default .knee, or $KNEE_WORKSPACE)")
     p.add_argument("--storage", help="study store: a SQLite path or any SQLAlchemy URL (e.g. postgresql://...)")
     p.add_argument("--output-json", help="llm-optimizer output: appends each run to PATH.jsonl and writes the aggregated PATH at the end")
@@ -230,6 +237,8 @@ class ProgressPrinter:
             line = f"  {d.get('load', '')}: {d.get('completed', 0)}/{d.get('total') or '?'} done, {d.get('running', 0)} in flight, {d.get('failed', 0)} failed, {d.get('output_tokens_per_s') or 0:.0f} tok/s, {d.get('elapsed_s', 0):.0f} s"
             if d.get("server_running") is not None:
                 line += f" | server running {d['server_running']:.0f} waiting {d.get('server_waiting') or 0:.0f}"
+            if d.get("gpu_memory"):
+                line += f" | GPU {d['gpu_memory']}"
             if self.tty:
                 self.out.write("\r\033[K" + line[:200])
                 self.out.flush()
@@ -248,6 +257,12 @@ class ProgressPrinter:
                 )
             else:
                 self._print(f"  {d.get('load', ''):>10}  FAILED: {(d.get('reason') or '').splitlines()[0]}")
+        elif kind == "paused":
+            server = ", its server stays up" if d.get("server_up") else ""
+            study = f" --study {self.study}" if self.study else ""
+            self._print(f"paused after {d.get('points_run', 0)} load points{server}; go on with: knee sweep --continue{study}")
+        elif kind == "continued":
+            self._print(f"continued after {d.get('paused_s', 0):.0f} s paused")
         elif kind == "point_skipped":
             args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items())
             self._print(f"[skip] {args}: {d.get('reason')}")
@@ -267,6 +282,40 @@ class ProgressPrinter:
             )
 
 
+def _study_arg(args, flag: str, value) -> str | None:
+    named = value if isinstance(value, str) else None
+    if named and args.study and named != args.study:
+        raise BadInput(f"{flag} {named} and --study {args.study} name different studies", "name one")
+    return named or args.study
+
+
+def _control(args, storage: str) -> int:
+    """--pause / --stop, and --continue of a paused sweep: one request in the store."""
+    from core.results.store import StudyStore
+    from tui.data.sweep_control import SweepControl
+
+    flag, value = ("--pause", args.pause) if args.pause else ("--stop", args.stop)
+    store = StudyStore(storage, create=False)
+    name = _study_arg(args, flag, value) or store.latest_study()
+    if not name:
+        raise BadInput("the study store is empty", "start a sweep with knee sweep --detach")
+    ctl = SweepControl(store=store)
+    where = (f" --storage {args.storage}" if args.storage else "") + (f" --workspace {args.workspace}" if args.workspace else "")
+    if flag == "--pause":
+        asked = ctl.pause(name)
+        msg = (f"pausing {name!r} after the load point in flight (its server stays up)" if asked else f"{name!r} is already paused or pausing")
+        msg += f"; go on with: knee sweep --continue --study {name}{where}"
+    else:
+        ctl.check_runner(name, "stop")
+        ctl.stop(name)
+        msg = f"stopping {name!r}; resume with: knee sweep --resume --study {name}{where}"
+    print(f"knee: {msg}", file=sys.stderr)
+    if args.json:
+        json.dump({"study": name, "requested": ctl.requested(name)}, sys.stdout)
+        sys.stdout.write("\n")
+    return 0
+
+
 def run(args) -> int:
     from core.results.store import StudyStore
     from core.sweep import create_study, start_detached
@@ -274,10 +323,12 @@ def run(args) -> int:
     from core.sweep.space import plan_trials
 
     storage = _storage(args)
+    if args.pause or args.stop:
+        return _control(args, storage)
     store = StudyStore(storage)
     notices: list[str] = []
     if args.resume:
-        name = args.study or store.latest_study()
+        name = _study_arg(args, "--resume", args.resume) or store.latest_study()
         if not name:
             raise BadInput("nothing to resume: the study store is empty", "start a sweep without --resume")
         row = store.study(name)
@@ -290,7 +341,19 @@ def run(args) -> int:
         from core.sweep import runner_alive
 
         if runner_alive(row):
-            raise BadInput(f"study {name!r} is being run by pid {row['runner_pid']}", "follow it with knee attach")
+            requested = store.requested_state(name)
+            if requested == "pause":
+                # A paused runner is still alive: --continue lets it go on; no second runner.
+                store.request_state(name, "run")
+                print(f"knee: continuing {name!r} (pid {row['runner_pid']} on {row.get('runner_host')}); follow it with knee attach --study {name}", file=sys.stderr)
+                if args.json:
+                    json.dump({"study": name, "requested": "run"}, sys.stdout)
+                    sys.stdout.write("\n")
+                return 0
+            why = "is stopping" if requested == "stop" else "is being run"
+            raise BadInput(f"study {name!r} {why} by pid {row['runner_pid']}", "follow it with knee attach")
+        # Starting a runner is asking it to run: a pause or stop left by a killed one is stale.
+        store.request_state(name, "run")
         spec = store.spec(name)
     else:
         spec, notices = build_spec_from_args(args)

@@ -2,15 +2,22 @@
 
 A sweep always runs in its own process (``core.sweep.start_detached``, its own session), so
 closing the app or losing the terminal never stops it; the app only follows the study store.
-Stop sends SIGTERM to the runner, which tears its server down and marks the study
-interrupted; resume starts a new runner that measures only what is missing.
+
+Pause and continue are requests in the store (``StudyStore.request_state``), so they reach a
+runner on any machine that shares it: a paused runner finishes and stores the point in
+flight, then waits with its server up. Stop asks the same way and, for a runner on this
+machine, also sends SIGTERM (no wait for the next poll); either way the runner tears its
+server down and marks the study interrupted. Resume starts a new runner that measures only
+what is missing. ``knee sweep --pause/--continue/--stop`` call the same methods.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 from pathlib import Path
+from typing import Any
 
 from core.errors import BadInput
 from core.results.store import StudyStore, default_storage
@@ -56,9 +63,9 @@ def spec_from_plan(plan: Plan) -> SweepSpec:
 class SweepControl:
     """Start, stop and resume runners on one study store."""
 
-    def __init__(self, storage: str | os.PathLike | None = None) -> None:
-        self.storage = str(storage or default_storage())
-        self._store: StudyStore | None = None
+    def __init__(self, storage: str | os.PathLike | None = None, store: StudyStore | None = None) -> None:
+        self.storage = str(storage or (store.url if store is not None else default_storage()))
+        self._store = store
 
     @property
     def store(self) -> StudyStore:
@@ -88,23 +95,68 @@ class SweepControl:
         row = self.store.study(study) or {}
         return row.get("runner_pid")
 
+    def requested(self, study: str) -> str:
+        """What the store asks the study's runner to do: run, pause or stop."""
+        return self.store.requested_state(study)
+
+    def _row(self, study: str) -> dict[str, Any]:
+        row = self.store.study(study)
+        if row is None:
+            raise BadInput(f"no study named {study!r} in {self.storage}", "see knee results --list")
+        return row
+
+    def check_runner(self, study: str, verb: str) -> dict[str, Any]:
+        """The study's row; BadInput naming why when no runner works on it to ``verb``."""
+        from core.sweep import runner_alive
+
+        row = self._row(study)
+        # "created": a detached runner that has not started yet reads the request when it does.
+        if row.get("status") != "created" and not runner_alive(row):
+            status = row.get("status")
+            if status == "running":
+                status = "running, but its runner is gone"
+            hint = None if status in ("done", "imported") else f"knee sweep --resume --study {study} starts it again"
+            raise BadInput(f"study {study!r} has no runner to {verb} ({status})", hint)
+        return row
+
+    def pause(self, study: str) -> bool:
+        """Ask the runner to pause after the load point in flight; False if already asked."""
+        self.check_runner(study, "pause")
+        if self.requested(study) == "pause":
+            return False
+        self.store.request_state(study, "pause")
+        return True
+
+    def proceed(self, study: str) -> bool:
+        """Ask a paused runner to continue; False if it was not paused."""
+        self.check_runner(study, "continue")
+        if self.requested(study) != "pause":
+            return False
+        self.store.request_state(study, "run")
+        return True
+
     def stop(self, study: str) -> bool:
-        """Interrupt the runner (it stores nothing half-done and can be resumed)."""
-        pid = self.runner_pid(study)
-        if not pid:
+        """Interrupt the runner (it stores nothing half-done and can be resumed); False when
+        no runner is working on the study."""
+        from core.sweep import runner_alive
+
+        row = self.store.study(study) or {}
+        alive = runner_alive(row)
+        if not alive and row.get("status") != "created":
             return False
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return False
+        self.store.request_state(study, "stop")
+        if alive and row.get("runner_host") == socket.gethostname():
+            try:
+                os.kill(row["runner_pid"], signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass  # gone, or not ours to signal: the request in the store still reaches it
         return True
 
     def resume(self, study: str) -> None:
         from core.sweep import runner_alive, start_detached
 
-        row = self.store.study(study)
-        if row is None:
-            raise BadInput(f"no study named {study!r}")
+        row = self._row(study)
         if runner_alive(row):
             raise BadInput(f"study {study!r} is already running")
+        self.store.request_state(study, "run")  # a stale pause or stop is not for the new runner
         start_detached(self.storage, study)

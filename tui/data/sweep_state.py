@@ -5,7 +5,9 @@ has seen and, only when something happened, re-reads the stored trials and point
 returns an immutable :class:`SweepSnapshot`; rows are frozen dataclasses keyed by a stable
 id, so the screen updates only the rows whose values changed (in place, by row key).
 
-It never writes: closing the app, or losing the terminal, leaves the runner alone.
+It never writes: closing the app, or losing the terminal, leaves the runner alone. A pause
+shows twice: the request read from the store with the study row (``requested``: the runner
+finishes its point first) and the runner's ``paused``/``continued`` events (``paused``).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class LiveView:
     running: int | None = None  # requests in flight (client side, or the server's count)
     waiting: int | None = None  # requests queued in the server
     kv_usage: float | None = None  # 0..1
-    gpu_memory: str = ""
+    gpu_memory: str = ""  # "41.2/44.4 GiB (sim)", or NVML's used/total · util · power
     tokens_per_s: tuple[float, ...] = ()
 
 
@@ -85,6 +87,8 @@ class SweepSnapshot:
     rows: tuple[RowView, ...] = ()
     live: LiveView = LiveView()
     last_seq: int = 0
+    paused: bool = False  # the runner said "paused" and has not said "continued" since
+    requested: str = "run"  # what the store asks the runner to do: run, pause or stop
     log_paths: dict[int, str] = field(default_factory=dict, compare=False)
     events_per_trial: dict[int, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
@@ -95,6 +99,17 @@ class SweepSnapshot:
     @property
     def running(self) -> bool:
         return self.status == "running" and self.runner_alive
+
+    @property
+    def state(self) -> str:
+        """One word for the sweep: running, pausing, paused, stopping, or the study status."""
+        if not self.running:
+            return self.status
+        if self.requested == "stop":
+            return "stopping"
+        if self.paused:
+            return "paused" if self.requested == "pause" else "continuing"
+        return "pausing" if self.requested == "pause" else "running"
 
 
 def point_row(p: PointRow) -> RowView:
@@ -149,6 +164,8 @@ class SweepFollower:
         self._last_full = -1e9
         self._reading: Future | None = None
         self._study_row: dict[str, Any] = {}
+        self._requested = "run"
+        self._paused = False
         self._row_at = -1e9
         self._pool: ThreadPoolExecutor | None = None
         self._snapshot: SweepSnapshot | None = None
@@ -168,10 +185,10 @@ class SweepFollower:
         now = time.monotonic()
         row_due = self._snapshot is None or now - self._row_at >= ROW_EVERY_S
         if row_due:
-            self._study_row, self._row_at = self.store.study(self.study) or {}, now
+            self._read_row(now)
         events = self.store.events(self.study, after=self._seq)
-        if not row_due and any(e.kind in ("study_started", "study_done", "study_interrupted") for e in events):
-            self._study_row, self._row_at = self.store.study(self.study) or {}, now
+        if not row_due and any(e.kind in ("study_started", "study_done", "study_interrupted", "paused", "continued") for e in events):
+            self._read_row(now)
         study = self._study_row
         alive = runner_alive(study) if study else False
         status = study.get("status", "unknown")
@@ -196,7 +213,8 @@ class SweepFollower:
             self._stale = False  # events arriving from now on set it again
             self._reading = self._pool.submit(self._read_stored)
             self._last_full = now
-        if not events and not merged and prev is not None and prev.status == status and prev.runner_alive == alive:
+        if (not events and not merged and prev is not None and prev.status == status and prev.runner_alive == alive
+                and prev.requested == self._requested):
             return None
         info = study.get("info", {})
         self._snapshot = SweepSnapshot(
@@ -213,8 +231,14 @@ class SweepFollower:
             last_seq=self._seq,
             log_paths=dict(self._log_paths),
             events_per_trial={k: tuple(v) for k, v in self._events.items()},
+            paused=self._paused and alive,
+            requested=self._requested,
         )
         return self._snapshot
+
+    def _read_row(self, now: float) -> None:
+        self._study_row, self._row_at = self.store.study(self.study) or {}, now
+        self._requested = self.store.requested_state(self.study) if self._study_row else "run"
 
     def _read_stored(self) -> tuple[list[RowView], list[TrialRow], dict[int, int]]:
         trials = self.store.trials(self.study)
@@ -268,6 +292,10 @@ class SweepFollower:
         tid = data.get("trial_id")
         if kind == "study_started":
             self._meta.update(data)
+        if kind == "paused":
+            self._paused = True
+        elif kind in ("continued", "study_started", "study_done", "study_interrupted"):
+            self._paused = False
         if tid is not None and kind != "progress":
             line = kind.replace("_", " ")
             if data.get("reason"):
@@ -321,8 +349,10 @@ class SweepFollower:
             self._tok_s.append(float(tps))
         done = int(data.get("completed") or 0)
         failed = int(data.get("failed") or 0)
+        # The GPU memory of the point's last progress stays: it is the trial's until the next.
+        gpu = self._live.gpu_memory if self._live.trial_id == tid else ""
         self._live = LiveView(trial_id=tid, load=str(data.get("load", "")), completed=done, total=done + failed,
-                              failed=failed, tokens_per_s=tuple(self._tok_s))
+                              failed=failed, gpu_memory=gpu, tokens_per_s=tuple(self._tok_s))
 
     def _progress(self, tid: int | None, data: dict[str, Any]) -> None:
         def num(key: str) -> int | None:
@@ -343,6 +373,7 @@ class SweepFollower:
             running=running if running is not None else num("running"),
             waiting=num("server_waiting"),
             kv_usage=float(kv) if isinstance(kv, (int, float)) else None,
-            gpu_memory=str(data.get("gpu_memory") or ""),
+            # A point's start has no sample yet: the trial's last one stands until it does.
+            gpu_memory=str(data.get("gpu_memory") or (self._live.gpu_memory if self._live.trial_id == tid else "")),
             tokens_per_s=tuple(self._tok_s),
         )

@@ -3,8 +3,10 @@
 The trial table updates in place; the live panel shows the point being measured; the log
 shows the selected trial's server log (or its events). The cursor follows the newest row
 until the user moves it (``f`` follows again). The sweep itself runs in its own process:
-``n`` starts one for the current plan, ``a`` attaches to the latest study, ``p``/``r``
-interrupt and resume it, and leaving the app leaves it running.
+``n`` starts one for the current plan, ``a`` attaches to the latest study, ``p`` pauses it
+after the point in flight and continues it (a request in the study store, so it reaches a
+runner on another machine too), ``s`` stops it at once, ``r`` resumes a stopped one, and
+leaving the app leaves it running.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from tui.widgets.trial_table import TrialTable
 class SweepScreen(KneeScreen):
     MODE = "sweep"
     BINDINGS = [
-        Binding("n", "new_sweep", "New sweep"),
-        Binding("a", "attach", "Attach latest"),
+        Binding("n", "new_sweep", "New"),
+        Binding("a", "attach", "Attach"),
+        # One key, two labels: the footer says what p does now (check_action picks).
         Binding("p", "pause", "Pause"),
+        Binding("p", "proceed", "Continue"),
+        Binding("s", "stop", "Stop"),
         Binding("r", "resume", "Resume"),
-        Binding("f", "follow", "Follow newest"),
+        Binding("f", "follow", "Follow"),
     ]
 
     def __init__(self) -> None:
@@ -40,6 +45,7 @@ class SweepScreen(KneeScreen):
         self.follow_newest = True
         self._log_shown: tuple[int, str] | None = None
         self._log_read_at = 0.0
+        self._state = ""
 
     # ---- accessors ----------------------------------------------------------------------
     @property
@@ -81,9 +87,13 @@ class SweepScreen(KneeScreen):
     def _sweep_changed(self, snap: SweepSnapshot | None) -> None:
         self.set_class(snap is not None, "-following")
         self.live.show(snap)
+        state = snap.state if snap is not None else ""
+        if state != self._state:
+            self._state = state
+            self.refresh_bindings()  # Pause or Continue in the footer
         if snap is None:
             return
-        self.mode_bar.set_status(f"{snap.study} · {'running' if snap.running else snap.status}")
+        self.mode_bar.set_status(f"{snap.study} · {state}")
         with self.app.batch_update():
             self.table.sync(snap.rows)
         if self.follow_newest and self.table.row_count:
@@ -145,18 +155,52 @@ class SweepScreen(KneeScreen):
         if self.knee.sweep is not None:
             self._sweep_changed(self.knee.sweep)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("pause", "proceed"):
+            snap = self.knee.sweep
+            held = snap is not None and snap.running and snap.requested == "pause"
+            return held == (action == "proceed")  # the other one is hidden
+        return True
+
     def action_pause(self) -> None:
+        self._toggle_pause()
+
+    def action_proceed(self) -> None:
+        self._toggle_pause()
+
+    def _toggle_pause(self) -> None:
+        # Either label toggles what the store holds now: the snapshot can be half a second old.
         snap = self.knee.sweep
         if snap is None or not snap.running:
             self.notify("no running sweep to pause", severity="warning")
             return
+        control = self.knee.sweep_control
+        try:
+            if control.requested(snap.study) == "pause":
+                control.proceed(snap.study)
+                self.notify(f"{snap.study}: continuing with the next load point")
+            else:
+                control.pause(snap.study)
+                self.notify(f"{snap.study}: pausing after the load point in flight; p continues, s stops")
+        except KneeError as e:
+            self.notify(str(e), severity="error")
+        self.refresh_bindings()
+
+    def action_stop(self) -> None:
+        snap = self.knee.sweep
+        if snap is None or not snap.running:
+            self.notify("no running sweep to stop", severity="warning")
+            return
         if self.knee.sweep_control.stop(snap.study):
-            self.notify(f"{snap.study}: interrupting after the runner stops its server; r resumes")
+            self.notify(f"{snap.study}: stopping; the point in flight is dropped, r resumes")
 
     def action_resume(self) -> None:
         snap = self.knee.sweep
         if snap is None:
             self.notify("no sweep to resume", severity="warning")
+            return
+        if snap.running and snap.requested == "pause":
+            self._toggle_pause()  # paused, not stopped: the same runner goes on
             return
         try:
             self.knee.sweep_control.resume(snap.study)

@@ -1,5 +1,6 @@
 """The live panel of the point being measured: progress, requests running and waiting, KV
-cache use, GPU memory, and a sparkline of output tokens per second."""
+cache use, GPU memory (NVML, or the simulator's, marked sim), and a sparkline of output tokens
+per second. The first line says whether the sweep runs, is pausing or paused."""
 
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ class LivePanel(Vertical):
             return
         live = snap.live
         done, planned = snap.done_points, snap.planned_points
-        state = "running" if snap.running else snap.status
-        lines = [f"[b]{state}[/b] · points {done}/{planned or '?'}" + (" · [i]simulated[/i]" if snap.simulated else "")]
+        state = snap.state
+        # Paused (or about to be) is a state to notice: a sweep that is not moving.
+        word = f"[b $warning]{state}[/]" if state in ("paused", "pausing", "stopping") else f"[b]{state}[/b]"
+        lines = [f"{word} · points {done}/{planned or '?'}" + (" · [i]simulated[/i]" if snap.simulated else "")]
         if live.trial_id is not None:
             lines.append(f"trial {live.trial_id} {live.load}: {live.completed}/{live.total or '?'} requests"
                          + (f", {live.failed} failed" if live.failed else ""))
@@ -55,10 +58,10 @@ class LivePanel(Vertical):
             parts.append(f"waiting {live.waiting}")
         if live.kv_usage is not None:
             parts.append(f"KV {live.kv_usage:.0%}")
-        if live.gpu_memory:
-            parts.append(f"GPU mem {live.gpu_memory}")
         if parts:
             lines.append(" · ".join(parts))
+        if live.gpu_memory:
+            lines.append(f"GPU mem {live.gpu_memory}")
         if live.tokens_per_s:
             lines.append(f"output tok/s: {live.tokens_per_s[-1]:,.0f}")
         text.update("\n".join(lines))
