@@ -472,9 +472,8 @@ class StudyStore:
         self.engine.dispose()
 
 
-# Kinds the Event model lists; the runner also emits "paused" and "continued", and a newer
-# runner may emit kinds this version has never heard of: a viewer shows what it knows and
-# must never fail on the rest.
+# Kinds the Event model lists. A newer runner sharing the store may emit kinds this version
+# has never heard of: a viewer shows what it knows and must never fail on the rest.
 _EVENT_KINDS = frozenset(typing.get_args(Event.model_fields["kind"].annotation))
 
 

@@ -152,7 +152,10 @@ class Event(BaseModel):
     - ``progress``: trial_id, point_id, load (label), client_args, phase ("start" | "run"),
       elapsed_s, and from the load client: running (in flight), completed, failed, total,
       output_tokens, output_tokens_per_s; from vLLM's /metrics: server_running,
-      server_waiting, kv_cache_usage. At 4 Hz while a point runs on a real server.
+      server_waiting, kv_cache_usage; gpu (NVML: used/total GB, util %, power W per device,
+      or the simulator's memory plan with KV in use) and gpu_memory (its one-line text,
+      "(sim)" when simulated). At 4 Hz while a point runs on a real server, and once with
+      phase "end" as each point finishes (a simulated point ends before the first tick).
     - ``point_done``: trial_id, point_id, load, client_args, status ("ok" | "failed"),
       reason, meets_slo, violations, simulated, output_throughput, request_throughput,
       p99_e2el_ms, mean_ttft_ms, completed, failed, duration_s. The point is already stored.
@@ -162,7 +165,11 @@ class Event(BaseModel):
       start_timeout | crashed | infeasible), reason (with the server log's last lines),
       server_args.
     - ``trial_done``: trial_id, status, points.
-    - ``study_done`` / ``study_interrupted`` (+ signal): points_run, points_failed,
+    - ``paused`` / ``continued``: a pause asked through the store
+      (:meth:`~core.results.store.StudyStore.request_state`) took effect between load points
+      (the server stays up while paused), or the runner was told to go on.
+    - ``study_done`` / ``study_interrupted`` (+ signal; "stop request" for a stop asked
+      through the store): points_run, points_failed,
       points_resumed, launches, trials_failed, trials_skipped, gpu_seconds, wall_s.
     """
 
@@ -180,6 +187,8 @@ class Event(BaseModel):
         "trial_done",
         "study_done",
         "study_interrupted",
+        "paused",
+        "continued",
         "log",
     ]
     data: dict[str, Any] = Field(default_factory=dict)

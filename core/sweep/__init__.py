@@ -11,7 +11,8 @@ Public API (UI-free; ``knee sweep``/``knee attach`` and the TUI use exactly this
     pid = start_detached(storage, name)         # its own process; survives the caller
     for ev in store.follow(name): ...           # events: trial_started, server_ready,
                                                 # progress (4 Hz), point_done, trial_failed,
-                                                # trial_done, study_done, study_interrupted
+                                                # trial_done, paused, continued,
+                                                # study_done, study_interrupted
     store.points(name) / store.trials(name)     # stored results (PointRow / TrialRow)
 """
 

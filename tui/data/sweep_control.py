@@ -91,10 +91,6 @@ class SweepControl:
             return None
         return self.store.latest_study()
 
-    def runner_pid(self, study: str) -> int | None:
-        row = self.store.study(study) or {}
-        return row.get("runner_pid")
-
     def requested(self, study: str) -> str:
         """What the store asks the study's runner to do: run, pause or stop."""
         return self.store.requested_state(study)
