@@ -295,6 +295,8 @@ def test_inference_components_full_cycle(aws):
     assert plan.style == "inference-components" and plan.sizing.copies_per_instance == 4
     events = []
     result = apply_plan(plan, confirmed=True, clients=aws, progress=events.append, options=_fast())
+    # The printed "Benchmark it:" command names the component (knee bench needs it for an IC endpoint).
+    assert f"--inference-component {plan.inference_component_name}" in result.invoke_hint
 
     # Exactly the planned resources, in the planned order.
     assert result.created == plan.resources

@@ -453,11 +453,11 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
     # knee bench's SageMaker client (core/load) speaks the LMI and vLLM formats; an IC
     # endpoint also needs the component's name on each invocation.
     fmt = f" --sagemaker-format {plan.container}" if plan.container in ("lmi", "vllm") else ""
-    ic = f" (inference component {plan.inference_component_name})" if plan.inference_component_name else ""
+    ic = f" --inference-component {plan.inference_component_name}" if plan.inference_component_name else ""
     return ApplyResult(name=plan.name, endpoint_name=plan.endpoint_name, created=created, reused=reused, smoke=smoke,
                        elapsed_s=time.monotonic() - run.t0,
-                       invoke_hint=f"knee bench --sagemaker-endpoint {plan.endpoint_name}{fmt} --region {plan.region} "
-                                   f"--model {plan.source.config.model}{ic}")
+                       invoke_hint=f"knee bench --sagemaker-endpoint {plan.endpoint_name}{ic}{fmt} --region {plan.region} "
+                                   f"--model {plan.source.config.model}")
 
 
 def _rollback(run: _Run, created: list[tuple[str, str]]) -> None:
