@@ -84,6 +84,12 @@ def test_pareto(snap_compare, demo_storage, size):
     assert snap_compare(followed_app(demo_storage), run_before=goto("f4", _pareto_ready), terminal_size=size)
 
 
+def test_pareto_light_theme(snap_compare, demo_storage):
+    app = followed_app(demo_storage)
+    app.theme = "textual-light"
+    assert snap_compare(app, run_before=goto("f4", _pareto_ready), terminal_size=WIDE)
+
+
 def test_deploy_empty(snap_compare):
     assert snap_compare(make_app(), run_before=goto("f5"), terminal_size=WIDE)
 

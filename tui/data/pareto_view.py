@@ -7,22 +7,28 @@ sweep's predictor (``core.sweep.predict``) at each measured point's configuratio
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import pairwise
 
 from core.results.analysis import direction, knee, metric_value, pareto
 from core.spec.slo import SLO
 from core.spec.study import PointRow
 
-# (key, label) of the metrics an axis can show.
+# (key, label) of the metrics an axis can show. Short: a label is an axis title and a table
+# header, and the table's columns must fit beside the chart.
 METRICS: tuple[tuple[str, str], ...] = (
     ("request_throughput", "req/s"),
-    ("output_throughput", "output tok/s"),
+    ("output_throughput", "out tok/s"),
     ("p99_e2el_ms", "E2E p99 (ms)"),
     ("p99_ttft_ms", "TTFT p99 (ms)"),
     ("p99_itl_ms", "ITL p99 (ms)"),
     ("mean_ttft_ms", "TTFT mean (ms)"),
-    ("tokens_per_s_per_user", "tok/s per user"),
-    ("output_throughput_per_gpu", "tok/s per GPU"),
+    ("tokens_per_s_per_user", "tok/s/user"),
+    ("output_throughput_per_gpu", "tok/s/GPU"),
 )
 LABELS = dict(METRICS)
 PRESETS: tuple[tuple[str, str], ...] = (
@@ -30,6 +36,64 @@ PRESETS: tuple[tuple[str, str], ...] = (
     ("tokens_per_s_per_user", "output_throughput_per_gpu"),  # the interactivity trade-off
     ("output_throughput", "p99_ttft_ms"),
 )
+
+
+# A latency metric whose largest value reaches this many ms is shown in seconds: "161.1 s"
+# reads at a glance where "161,098 ms" does not.
+SECONDS_FROM_MS = 10_000
+
+
+@dataclass(frozen=True)
+class Axis:
+    """How one metric is shown, the same on the chart, in the table and in the detail line:
+    one unit (chosen from the study's values, not per view, so a metric never changes unit
+    when the other axis does) and one number of decimals."""
+
+    metric: str
+    label: str  # with the unit: "E2E p99 (s)"
+    scale: float  # shown value = raw value / scale
+    decimals: int
+    better: str  # "max" or "min"
+
+    @property
+    def unit(self) -> str:
+        m = re.search(r"\(([^)]*)\)$", self.label)
+        return m.group(1) if m else ""
+
+    @property
+    def name(self) -> str:
+        """The label without its unit: "E2E p99"."""
+        return re.sub(r"\s*\([^)]*\)$", "", self.label)
+
+    @property
+    def better_label(self) -> str:
+        return "higher is better" if self.better == "max" else "lower is better"
+
+    def shown(self, raw: float) -> float:
+        return raw / self.scale
+
+    def fmt(self, raw: float | None, unit: bool = False) -> str:
+        if raw is None:
+            return ""
+        text = f"{self.shown(raw):,.{self.decimals}f}"
+        return f"{text} {self.unit}" if unit and self.unit else text
+
+
+def axis(metric: str, values: Iterable[float]) -> Axis:
+    vals = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    label = LABELS.get(metric, metric)
+    scale = 1.0
+    if metric.endswith("_ms") and vals and max(vals) >= SECONDS_FROM_MS:
+        scale, label = 1000.0, label.replace("(ms)", "(s)")
+    top = max(vals) / scale if vals else 0.0
+    # Four significant digits at most for the largest value, so a column lines up.
+    decimals = 0 if top >= 1000 else 1 if top >= 10 else 2
+    return Axis(metric, label, scale, decimals, direction(metric))
+
+
+def axis_of(points: Iterable[PointRow], metric: str) -> Axis:
+    """The metric's axis over a study's successful points."""
+    return axis(metric, (v for p in points if p.status == "ok" for v in [metric_value(p, metric)] if v is not None))
 
 
 @dataclass(frozen=True)
@@ -52,10 +116,50 @@ class ParetoView:
     x_bound: float | None  # an SLO bound on the x metric, drawn as a vertical line
     y_bound: float | None
     points: dict[str, PointRow]
+    ax: Axis
+    ay: Axis
 
     @property
     def empty(self) -> bool:
         return not (self.measured or self.imported)
+
+    @property
+    def steps(self) -> list[tuple[float, float]]:
+        return frontier_steps(self.frontier, self.x, self.y)
+
+    def marker(self, key: str) -> str:
+        """What a point is on the chart (and so in the table's first column): ``knee``,
+        ``failed`` (missed an SLO), ``imported``, ``frontier`` or ``measured``; the first
+        that applies."""
+        return self._kinds.get(key, "measured")
+
+    @cached_property
+    def _kinds(self) -> dict[str, str]:
+        # Built once: the chart asks for every point on each redraw.
+        kinds = {d.key: "frontier" for d in self.frontier}
+        kinds.update({d.key: "imported" for d in self.imported})
+        kinds.update({d.key: "failed" for d in self.failed_slo})
+        if self.knee is not None:
+            kinds[self.knee.key] = "knee"
+        return kinds
+
+
+def frontier_steps(frontier: Sequence[Dot], x: str, y: str) -> list[tuple[float, float]]:
+    """The frontier as a staircase through its points, sorted by x: between two neighbours
+    the corner takes the worse x and the worse y of the pair, so every point of the line is
+    attainable (matched or beaten by a measured point). A straight segment would promise
+    trade-offs between two points that nothing measured delivers."""
+    if not frontier:
+        return []
+    worse_x = min if direction(x) == "max" else max
+    worse_y = min if direction(y) == "max" else max
+    out = [(frontier[0].x, frontier[0].y)]
+    for a, b in pairwise(frontier):
+        cx, cy = worse_x(a.x, b.x), worse_y(a.y, b.y)
+        for v in ((cx, cy), (b.x, b.y)):
+            if v != out[-1]:
+                out.append(v)
+    return out
 
 
 def _dot(p: PointRow, x: str, y: str) -> Dot | None:
@@ -119,8 +223,6 @@ def build(points: list[PointRow], x: str, y: str, slo: SLO, predicted: dict[str,
         x_bound=_bound(slo, x),
         y_bound=_bound(slo, y),
         points={p.point_id: p for p in points},
+        ax=axis_of(ok, x),
+        ay=axis_of(ok, y),
     )
-
-
-def better_label(metric: str) -> str:
-    return "higher is better" if direction(metric) == "max" else "lower is better"

@@ -11,20 +11,32 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.widgets import DataTable, Static
 
 from core.errors import KneeError
 from core.spec.slo import parse_constraints
-from tui.data.pareto_view import LABELS, METRICS, PRESETS, ParetoView, better_label, build, predictions
+from tui.data.pareto_view import (
+    METRICS,
+    PRESETS,
+    ParetoView,
+    axis_of,
+    build,
+    predictions,
+)
 from tui.data.selection import Selection
 from tui.data.sweep_state import SweepSnapshot
 from tui.messages import StudyLoaded
 from tui.screens.base import KneeScreen
-from tui.widgets.pareto_plot import LEGEND, ParetoPlot
+from tui.widgets.pareto_plot import ParetoLegend, ParetoPlot, legend_items
 from tui.widgets.point_table import PointTable
 
 METRIC_KEYS = [k for k, _ in METRICS]
 RELOAD_S = 2.0
+# (metric, what follows its value; None: "name value unit")
+DETAIL_METRICS = (("request_throughput", "req/s"), ("output_throughput", "tok/s"), ("p99_ttft_ms", None),
+                  ("p99_itl_ms", None), ("p99_e2el_ms", None))
+DIM = "$foreground 60%"
 
 
 class ParetoScreen(KneeScreen):
@@ -64,15 +76,18 @@ class ParetoScreen(KneeScreen):
         yield Static("No study followed yet: start a sweep on the Sweep screen ([b]3[/b]), "
                      "or attach to the latest one there ([b]a[/b]).", id="pareto-empty")
         with Horizontal(id="pareto-main"):
-            yield ParetoPlot(id="pareto-plot")
+            with Vertical(id="pareto-chart"):
+                yield ParetoPlot(id="pareto-plot")
+                yield ParetoLegend(id="legend")
             with Vertical(id="pareto-side"):
-                yield Static("", id="axes")
                 yield PointTable(id="points")
                 yield Static("", id="point-detail")
 
     def on_mount(self) -> None:
         self.watch(self.knee, "sweep", self._sweep_changed)
         self.set_interval(RELOAD_S / 2, self._maybe_load)
+        # The table's colours are resolved from the theme when its rows are built.
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.refresh_view())
 
     def on_screen_resume(self) -> None:
         self._maybe_load()
@@ -144,11 +159,6 @@ class ParetoScreen(KneeScreen):
         except KneeError:
             slo = parse_constraints("")
         self.view = build(m.points, self.x, self.y, slo, m.predicted)
-        self.query_one("#axes", Static).update(
-            f"x [b]{LABELS[self.x]}[/b] ({better_label(self.x)}) · y [b]{LABELS[self.y]}[/b] ({better_label(self.y)})\n"
-            f"{LEGEND}\n"
-            f"[dim]{len(self.view.frontier)} on the frontier · v x y change axes · d or Enter: deploy the highlighted point[/dim]"
-        )
         self.table.show(self.view)
         self._show_selected()
 
@@ -164,22 +174,37 @@ class ParetoScreen(KneeScreen):
     def _show_selected(self) -> None:
         key = self.table.selected_key()
         self.plot.show(self.view, key)
+        self.query_one(ParetoLegend).show(legend_items(self.view, key))
         if self.view is None or key is None or key not in self.view.points:
             self.detail.update("")
             return
-        p = self.view.points[key]
-        s = p.summary
+        self.detail.update(self._detail(self.view.points[key]))
+
+    def _detail(self, p) -> Content:
+        """The highlighted point: its configuration in full (what Deploy gets) and its
+        headline metrics, each in the unit the chart and the table use for it."""
+        points = self._loaded.points if self._loaded else [p]
+        rates, latencies = [], []
+        for key, short in DETAIL_METRICS:
+            v = p.summary.get(key)
+            if v is not None:
+                a = axis_of(points, key)
+                if short:
+                    rates.append(f"{a.fmt(v)} {short}")
+                else:
+                    latencies.append(f"{a.name} {a.fmt(v, unit=True)}")
+        # Rates on the title line and latencies on their own: each line fits 60 columns,
+        # so none wraps in the middle of a "name value unit".
         lines = [
-            f"[b]trial {p.trial_id}[/b] · {'simulated' if p.simulated else p.source}",
-            "server: " + json.dumps(p.server_args, sort_keys=True),
-            "client: " + json.dumps(p.client_args, sort_keys=True),
-            f"{s.get('request_throughput', 0):.2f} req/s · {s.get('output_throughput', 0):,.0f} tok/s · "
-            f"TTFT p99 {s.get('p99_ttft_ms', 0):,.0f} ms · ITL p99 {s.get('p99_itl_ms', 0):,.1f} ms · "
-            f"E2E p99 {s.get('p99_e2el_ms', 0) / 1000:,.1f} s",
+            Content.assemble((f"trial {p.trial_id}", "bold"),
+                             " · ".join(["", "simulated" if p.simulated else p.source, *rates])),
+            Content.assemble(("server ", DIM), _kv(p.server_args)),
+            Content.assemble(("client ", DIM), _kv(p.client_args)),
+            Content(" · ".join(latencies)),
         ]
         if p.violations:
-            lines.append("[$text-error]misses " + "; ".join(p.violations) + "[/]")
-        self.detail.update("\n".join(lines))
+            lines.append(Content.styled("misses " + "; ".join(p.violations), "$text-error"))
+        return Content("\n").join(lines)
 
     # ---- actions ------------------------------------------------------------------------
     def action_next_view(self) -> None:
@@ -209,6 +234,10 @@ class ParetoScreen(KneeScreen):
                                         gpu=m.info.get("gpu_type"), instance=self.knee.plan.instance,
                                         hardware=m.info.get("hardware", ""))
         self.app.switch_mode("deploy")
+
+
+def _kv(args: dict) -> str:
+    return " ".join(f"{k}={json.dumps(v) if isinstance(v, str) else v}" for k, v in sorted(args.items())) or "(defaults)"
 
 
 def _predict_candidates(points: list, x: str, y: str, limit: int = 60) -> list:

@@ -1,6 +1,11 @@
 """The points of a study on the Pareto screen: frontier first (the knee marked), then the
 best of the rest by the x metric, with the two plotted metrics.
 
+The two metrics come first, right after the point's mark, in the units the chart's axes
+use: they are what a choice is made on, and they stay in sight when a narrow terminal
+scrolls the configuration columns off to the right. Each row starts with the glyph that
+marks the point on the chart, so a row and its marker are found from each other.
+
 The table is rebuilt when the axes or the study change, so it holds at most
 ``MAX_ROWS`` rows: measuring a thousand rows' cells stalls the UI for a third of a second,
 and the frontier plus the best few dozen others is what a decision needs."""
@@ -11,17 +16,17 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from core.results.analysis import direction
-from tui.data.pareto_view import LABELS, ParetoView
+from tui.data.pareto_view import ParetoView
 from tui.data.sweep_state import _args, _load
-
+from tui.widgets.pareto_plot import MARKERS
 
 MAX_ROWS = 60
 
 
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return ""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+def rich_style(style: str, variables: dict[str, str]) -> str:
+    """A chart style ("bold $text-error") with the theme's variables filled in, for a
+    DataTable cell (Rich text, which knows nothing of Textual's variables)."""
+    return " ".join(variables.get(t[1:], "") if t.startswith("$") else t for t in style.split())
 
 
 class PointTable(DataTable):
@@ -45,18 +50,33 @@ class PointTable(DataTable):
                       key=lambda d: sign * d.x)[: max(0, MAX_ROWS - len(front))]
         dots = {d.key: d for d in (*view.measured, *view.failed_slo, *view.imported)}
         keys = [*front, *[d.key for d in rest]]
-        shown = (view.x, view.y, view.knee, tuple((k, dots.get(k)) for k in keys))
+        theme = self.app.theme
+        shown = (theme, view.ax, view.ay, view.knee, tuple((k, dots.get(k)) for k in keys))
         if shown == self._shown:
             return  # a reload that changed nothing on the table: keep it (and its scroll)
         self._shown = shown
+        variables = self.app.theme_variables
+        with_slo = any(view.points[k].meets_slo is not None for k in keys)
         self.clear(columns=True)
-        self.add_columns("", "#", "server args", "load", LABELS.get(view.x, view.x), LABELS.get(view.y, view.y), "SLO")
+        self.add_column("", key="mark")
+        self.add_column(Text(view.ax.label, justify="right"), key="x")
+        self.add_column(Text(view.ay.label, justify="right"), key="y")
+        if with_slo:
+            self.add_column("SLO", key="slo")
+        self.add_column(Text("#", justify="right"), key="trial")
+        self.add_column("server", key="server")
+        self.add_column("load", key="load")
+        ok, bad = rich_style("$text-success", variables), rich_style("$text-error", variables)
         for key in keys:
             p, d = view.points[key], dots.get(key)
-            mark = Text("◆", "dark_orange") if view.knee and key == view.knee.key else Text("●", "green") if key in front else Text("")
-            slo = Text("") if p.meets_slo is None else Text("pass", "green") if p.meets_slo else Text("fail", "red")
-            self.add_row(mark, str(p.trial_id), _args(p.server_args), _load(p.client_args),
-                         _fmt(d.x if d else None), _fmt(d.y if d else None), slo, key=key)
+            glyph, style = MARKERS[view.marker(key)]
+            cells = [Text(glyph, rich_style(style, variables)),
+                     Text(view.ax.fmt(d.x if d else None), justify="right"),
+                     Text(view.ay.fmt(d.y if d else None), justify="right")]
+            if with_slo:
+                cells.append(Text("") if p.meets_slo is None else Text("pass", ok) if p.meets_slo else Text("fail", bad))
+            cells += [Text(str(p.trial_id), justify="right"), Text(_args(p.server_args)), Text(_load(p.client_args))]
+            self.add_row(*cells, key=key)
         if keep is not None and keep in keys:
             self.move_cursor(row=self.get_row_index(keep))
         elif view.knee is not None:
