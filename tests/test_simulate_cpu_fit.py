@@ -2,11 +2,13 @@
 vLLM on CPU (the tiny local model).
 
 The realvllm test measures the real server (conftest's pinned_vllm: alone on its CPU, the
-client on the other) at concurrencies 1-32, each point the median of three runs taken up
+client on the other) at concurrencies 1-32, each point the median of five runs taken up
 and down the curve, fits a profile on 1, 2 and 32 (the fixed costs and the per-sequence
 cost), and checks the simulated throughput curve against the measured one at every
 concurrency (issue 5's acceptance: within 25%), besides the shape of a batching engine's
-curve. Measured on this 2-core box: worst point 13-20%, median 8%.
+curve. Measured on this 2-core box, quiet: worst point 4%, median 2% (13-20% before the per-token
+cost was fitted, 28-33% while other test suites loaded the box); with the per-token cost
+fitted from TTFT at c=32, the simulated TTFT also follows the measured rise (12 to 81 ms).
 """
 
 import statistics
@@ -24,7 +26,7 @@ ISL, OSL = 128, 128
 CONCURRENCIES = (1, 2, 4, 8, 16, 32)
 FIT = (1, 2, 32)  # fitted on; 4, 8 and 16 are predicted
 KV_GIB = 1  # VLLM_CPU_KVCACHE_SPACE the real-vLLM fixture sets
-ROUNDS = 3  # each point is the median of this many runs
+ROUNDS = 5  # each point is the median of this many runs (a slow spell of a shared box hits one or two)
 
 
 def sim_point(arch, hw, config, profile, c, kv_tokens):
@@ -49,7 +51,7 @@ def test_step_profile_prices_steps_linearly():
 def test_fit_recovers_a_known_profile_through_the_scheduler(qwen):
     hw = cpu_hardware()
     config = ServerConfig(model="q", max_model_len=4096)
-    true = StepProfile("true", step_s=8e-4, seq_s=2.5e-4, token_s=0.0, request_overhead_s=0.15)
+    true = StepProfile("true", step_s=8e-4, seq_s=2.5e-4, token_s=5e-6, request_overhead_s=0.15)
     points = []
     for c in FIT:
         s = sim_point(qwen, hw, config, true, c, 1 << 20)
@@ -58,6 +60,7 @@ def test_fit_recovers_a_known_profile_through_the_scheduler(qwen):
     assert fit.step_s == pytest.approx(true.step_s, rel=0.05)
     assert fit.seq_s == pytest.approx(true.seq_s, rel=0.05)
     assert fit.request_overhead_s == pytest.approx(true.request_overhead_s, rel=0.05)
+    assert fit.token_s == pytest.approx(true.token_s, rel=0.1)
     with pytest.raises(BadInput):
         fit_step_profile(points[:1], qwen, hw, config)
 
@@ -84,7 +87,7 @@ def test_fitted_cpu_profile_against_the_real_throughput_curve(pinned_vllm, tiny_
     with affinity(real_vllm.client_cpus), realtime([0]):
         for r in range(ROUNDS):  # up then down the curve, so a slow spell of the machine hits
             for c in CONCURRENCIES if r % 2 == 0 else CONCURRENCIES[::-1]:  # no one point alone
-                n = max(24, 8 * c)
+                n = max(16, 8 * c)
                 prompts = make_prompts(Workload.fixed(ISL, OSL, num_prompts=n, seed=r), tok)
                 res = run_load_sync(target, prompts, LoadPoint(concurrency=c, num_prompts=n), warmup=min(c, 4))
                 assert res.summary["failed"] == 0 and res.summary["total_output_tokens"] == n * OSL
@@ -117,8 +120,9 @@ def test_fitted_cpu_profile_against_the_real_throughput_curve(pinned_vllm, tiny_
     # measured one at every concurrency, three of the six points predicted (fitted on 1, 2 and 32).
     assert max(apes.values()) <= 0.25, "\n".join(lines)
 
-    # The fit reproduces the lowest point's TTFT through the scheduler.
-    assert sims[FIT[0]]["mean_ttft_ms"] == pytest.approx(measured[FIT[0]]["mean_ttft_ms"], rel=0.15)
+    # The fit reproduces the TTFT it was fitted on (lowest and highest load) through the scheduler.
+    for c in (FIT[0], FIT[-1]):
+        assert sims[c]["mean_ttft_ms"] == pytest.approx(measured[c]["mean_ttft_ms"], rel=0.15), "\n".join(lines)
     # A batching engine: throughput rises with concurrency and each doubling gains less.
     thr = [sims[c]["output_throughput"] for c in CONCURRENCIES]
     assert all(b > a for a, b in zip(thr, thr[1:]))

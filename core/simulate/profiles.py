@@ -20,7 +20,8 @@ a first guess from the closed-loop relations (a least-squares line through the T
 
 then a few rounds that simulate the points and correct the parameters by the measured TPOT
 line over the simulated one (intercept: the fixed step; slope: the per-sequence cost) and
-the TTFT residual at the lowest concurrency, so the profile reproduces the fitted points
+the TTFT residuals at the lowest concurrency (request overhead) and the highest (the cost
+per computed token: prefills arriving together share steps), so the profile reproduces the fitted points
 through the scheduler, not just through the formulas.
 """
 
@@ -122,8 +123,8 @@ def fit_step_profile(
 
     # First guess from the closed-loop relations. The per-sequence cost is the TPOT slope
     # (a decoding sequence adds one sequence and one token to each step; a prefill adds
-    # one sequence per OSL steps); prefill tokens are not separated from it here because
-    # TTFT differences between loads are too noisy to identify them (token_s stays 0).
+    # one sequence per OSL steps); the token cost starts at 0 and is set by the TTFT at the
+    # highest load in the refinement below.
     # With more than two points the line is a least-squares one, so no single noisy point
     # (vLLM on CPU decodes slower at c=1 than at c=2, measured) sets a term alone.
     conc = [p.concurrency for p in pts]
@@ -135,21 +136,32 @@ def fit_step_profile(
     prof = StepProfile(name, step_s, seq_s, 0.0, ovh, 0.0)
 
     # Refine through the scheduler: simulate every point and scale the fixed step cost and
-    # the per-sequence slope by the measured line over the simulated one, and the request
-    # overhead by the TTFT residual at the lowest concurrency.
+    # the per-sequence slope by the measured line over the simulated one, the request
+    # overhead by the TTFT residual at the lowest concurrency, and the per-token cost by the
+    # TTFT residual at the highest: there many prompts arrive together and their prefills
+    # share steps, so TTFT grows with the tokens a step computes (measured on vLLM-CPU:
+    # 12 ms at c=1, 81 ms at c=32, which a token cost of zero put at 16 ms).
+    hi = pts[-1]
+
+    def run(prof: StepProfile, p: MeasuredPoint) -> dict:
+        return simulate(
+            arch, hardware, config, Workload.fixed(p.input_len, p.output_len, num_prompts=max(4 * p.concurrency, 16)),
+            LoadPoint(concurrency=p.concurrency), cost=prof, kv_tokens=kv_tokens,
+        ).summary
+
     for _ in range(rounds):
-        sims = [
-            simulate(
-                arch, hardware, config, Workload.fixed(p.input_len, p.output_len, num_prompts=max(4 * p.concurrency, 16)),
-                LoadPoint(concurrency=p.concurrency), cost=prof, kv_tokens=kv_tokens,
-            ).summary
-            for p in pts
-        ]
+        sims = [run(prof, p) for p in pts]
         a_sim, k_sim = _line(conc, [r["mean_tpot_ms"] / 1e3 for r in sims])
+        # TTFT at the highest load against the token cost: a secant step (TTFT rises with it).
+        ttft_hi = sims[-1]["mean_ttft_ms"] / 1e3
+        probe = max(1e-6, 0.5 * prof.token_s)
+        gain = (run(replace(prof, token_s=prof.token_s + probe), hi)["mean_ttft_ms"] / 1e3 - ttft_hi) / probe
+        token_s = max(prof.token_s + (hi.ttft_s - ttft_hi) / gain, 0.0) if gain > 0 else prof.token_s
         prof = replace(
             prof,
             step_s=prof.step_s * (a / a_sim if a_sim > 0 and a > 0 else 1.0),
             seq_s=prof.seq_s * (k / k_sim if k_sim > 0 else 1.0),
+            token_s=token_s,
             request_overhead_s=max(prof.request_overhead_s + lo.ttft_s - sims[0]["mean_ttft_ms"] / 1e3, 0.0),
         )
     return prof
