@@ -6,9 +6,9 @@ client on the other) at concurrencies 1-32, each point the median of five runs t
 and down the curve, fits a profile on 1, 2 and 32 (the fixed costs and the per-sequence
 cost), and checks the simulated throughput curve against the measured one at every
 concurrency (issue 5's acceptance: within 25%), besides the shape of a batching engine's
-curve. Measured on this 2-core box, quiet: worst point 4%, median 2% (13-20% before the per-token
-cost was fitted, 28-33% while other test suites loaded the box); with the per-token cost
-fitted from TTFT at c=32, the simulated TTFT also follows the measured rise (12 to 81 ms).
+curve. Measured on this 2-core box: worst point 4%, median 2% on a quiet run (16-20% on
+earlier ones, 28-33% while other test suites loaded the box). With the per-token cost fitted
+from TTFT at c=32, the simulated TTFT follows the measured rise too (10 to 103 ms).
 """
 
 import statistics
