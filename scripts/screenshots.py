@@ -82,18 +82,25 @@ async def shoot(out: Path, size: tuple[int, int], storage: str) -> list[Path]:
     return written
 
 
+def _spaced(svg: Path) -> bytes:
+    # Textual's SVG text relies on runs of spaces; SVG renderers collapse them unless the
+    # document says xml:space="preserve" (without it, right-aligned cells shift left).
+    data = svg.read_bytes()
+    return data if b'xml:space="preserve"' in data else data.replace(b"<svg ", b'<svg xml:space="preserve" ', 1)
+
+
 def to_png(svgs: list[Path]) -> str:
     """Convert with rsvg-convert or cairosvg; returns what was used (or why nothing)."""
     if shutil.which("rsvg-convert"):
         for svg in svgs:
-            subprocess.run(["rsvg-convert", "-o", str(svg.with_suffix(".png")), str(svg)], check=True)
+            subprocess.run(["rsvg-convert", "-o", str(svg.with_suffix(".png"))], input=_spaced(svg), check=True)
         return "rsvg-convert"
     try:
         import cairosvg
     except ImportError:
         return "no converter (apt-get install librsvg2-bin, or pip install cairosvg); kept the SVGs"
     for svg in svgs:
-        cairosvg.svg2png(url=str(svg), write_to=str(svg.with_suffix(".png")))
+        cairosvg.svg2png(bytestring=_spaced(svg), write_to=str(svg.with_suffix(".png")))
     return "cairosvg"
 
 
