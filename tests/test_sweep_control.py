@@ -76,6 +76,29 @@ def wait_gone(study: str, timeout: float = 5.0) -> list[int]:
     return tagged_pids(study)
 
 
+@pytest.fixture(autouse=True)
+def _no_runner_outlives_its_test(monkeypatch):
+    # A detached runner has its own session, and a paused one waits for ever: if a test fails
+    # before it continues or stops its runner, end the runner here rather than leave it behind.
+    started: list[int] = []
+    real = start_detached
+
+    def tracked(*args, **kwargs):
+        pid = real(*args, **kwargs)
+        started.append(pid)
+        return pid
+
+    monkeypatch.setitem(globals(), "start_detached", tracked)
+    yield
+    for pid in started:
+        if not exited(pid):
+            os.kill(pid, signal.SIGTERM)
+            try:
+                wait_for(lambda: exited(pid), timeout=10, what=f"runner {pid} to end")
+            except AssertionError:
+                os.kill(pid, signal.SIGKILL)
+
+
 # ---- the store's control API ----------------------------------------------------------------
 
 def test_control_requests_live_in_the_store_and_reach_other_connections(tmp_path):
