@@ -14,14 +14,17 @@ STATUS_STYLE = {"ok": "green", "failed": "red", "running": "dark_orange", "pendi
                 "interrupted": "magenta"}
 # The verdict and throughput come first, so they stay on screen at 80 columns.
 COLUMNS = (("trial", "#"), ("status", "status"), ("slo", "SLO"), ("server", "server args"), ("load", "load"),
-           ("rps", "req/s"), ("tps", "tok/s"), ("e2e", "E2E p99"), ("ttft", "TTFT p99"), ("itl", "ITL p99"),
+           ("rps", "req/s"), ("tps", "tok/s"), ("e2e", "E2E p99 s"), ("ttft", "TTFT p99 ms"), ("itl", "ITL p99 ms"),
            ("reason", "reason"))
 
 
-def _ms(v: float | None) -> str:
+# One unit per column, named in its header, numbers right-aligned: a column that mixed
+# "1946ms" with "16.4s" could not be scanned down by eye (units as the Pareto table's).
+def _num(v: float | None, scale: float = 1.0) -> Text:
     if v is None:
-        return ""
-    return f"{v / 1000:.1f}s" if v >= 10_000 else f"{v:.0f}ms"
+        return Text("")
+    x = v / scale
+    return Text(f"{x:.2f}" if x < 10 else f"{x:,.1f}" if x < 1000 else f"{x:,.0f}", justify="right")
 
 
 def _cells(r: RowView) -> tuple[object, ...]:
@@ -32,11 +35,11 @@ def _cells(r: RowView) -> tuple[object, ...]:
         slo,
         r.server_args,
         r.load,
-        "" if r.req_s is None else f"{r.req_s:.2f}",
-        "" if r.tok_s is None else f"{r.tok_s:.0f}",
-        _ms(r.e2e_p99),
-        _ms(r.ttft_p99),
-        _ms(r.itl_p99),
+        Text("" if r.req_s is None else f"{r.req_s:.2f}", justify="right"),
+        Text("" if r.tok_s is None else f"{r.tok_s:,.0f}", justify="right"),
+        _num(r.e2e_p99, 1000.0),
+        _num(r.ttft_p99),
+        _num(r.itl_p99),
         r.reason,
     )
 
