@@ -1,6 +1,7 @@
-"""The Pareto screen's chart, table and key: what is drawn on top of what, the frontier
-staircase through its points, one unit per metric on the axis and in the table, and a
-table whose columns all fit at the snapshot sizes."""
+"""The Pareto screen's chart, table and key: what plotext draws on top of what, the
+frontier staircase through its points, round ticks where their values are, one unit per
+metric on the axis and in the table, and a table whose columns all fit at the snapshot
+sizes."""
 
 from __future__ import annotations
 
@@ -15,11 +16,21 @@ from core.spec.study import PointRow
 from tui.app import make_app
 from tui.data.pareto_view import Dot, axis, build, frontier_steps
 from tui.demo import DEMO_STUDY, demo_sweep_plan, settle
-from tui.widgets.pareto_plot import MARKERS, SELECTED, ParetoLegend, draw, legend_items, wrap_items
+from tui.widgets.pareto_plot import (
+    LINE_CHARS,
+    LINE_STYLE,
+    MARKERS,
+    SELECTED,
+    ParetoLegend,
+    default_palette,
+    draw,
+    legend_items,
+    wrap_items,
+)
 from tui.widgets.point_table import PointTable
 from support.pilot import demo_storage, offline, wait_until  # noqa: F401 (fixtures)
 
-LINE_CHARS = set("─│┌┐└┘├┤┬┴┼")
+PALETTE = default_palette()
 
 
 def pt(i: int, rps: float, e2e_ms: float, meets: bool | None = True, source: str = "knee") -> PointRow:
@@ -72,29 +83,51 @@ def test_frontier_steps_of_one_point_and_of_none():
     assert frontier_steps([Dot("a", 1.0, 2.0)], "request_throughput", "p99_e2el_ms") == [(1.0, 2.0)]
 
 
-# ---- draw order -------------------------------------------------------------------------
+# ---- what plotext draws ----------------------------------------------------------------
+# ``draw`` configures plotext and parses its output (ANSI) back into cells; ``Chart.cell_of``
+# maps a point to its cell with plotext's arithmetic on the fixed limits, and the tests
+# check that the axes sit where that arithmetic puts the canvas, so a wrong mapping fails.
+MARKS = {g for g, _ in MARKERS.values()}
+SOLID_MARKS = MARKS - {"○"}  # a measurement's glyphs; "○" is a prediction
+
+
+def test_the_canvas_is_where_plotext_draws_it():
+    for size in ((76, 11), (58, 30), (120, 40)):
+        chart = draw(view_of(), None, *size)
+        left, top, w, h = chart.canvas
+        assert len(chart.lines) == size[1] and all(len(line) == size[0] for line in chart.lines)
+        assert top == 0 and left + w == size[0] and h == size[1] - 2
+        axis_row = chart.lines[top + h]
+        assert axis_row[left - 1] == "└" and set(axis_row[left:]) <= set("─┬")
+        assert all(line[left - 1] in "│┤" for line in chart.lines[top:top + h])
+
+
 @pytest.mark.parametrize("size", [(76, 11), (96, 14), (58, 30)])
 def test_every_point_is_drawn_over_the_frontier_line_and_the_knee_and_selection_on_top(size):
     view = view_of(predicted={p.point_id: p.model_copy(update={"summary": {**p.summary}}) for p in POINTS[:4]})
     chart = draw(view, None, *size)
     for d in (*view.measured, *view.failed_slo, *view.imported):
         # Each point shows a marker, never the line (or a prediction sitting on it).
-        assert chart.char(d.x, d.y) in {g for g, _ in MARKERS.values() if g != "○"}, d
+        assert chart.char(d.x, d.y) in SOLID_MARKS, d
     for d in view.frontier:
-        glyph, _ = MARKERS[view.marker(d.key)]
-        assert chart.char(d.x, d.y) == glyph
+        assert chart.char(d.x, d.y) == MARKERS[view.marker(d.key)][0]
     assert chart.char(view.knee.x, view.knee.y) == "◆"
     # The staircase is there between the points (not hidden under anything).
-    assert sum(ch in LINE_CHARS for line in chart.lines[1:-3] for ch in line[chart.canvas[0]:]) >= 3
+    left, top, _, h = chart.canvas
+    assert sum(ch in LINE_CHARS for line in chart.lines[top:top + h] for ch in line[left:]) >= 3
 
+    cursor = PALETTE(SELECTED)
     other = next(d for d in view.measured if d.key != view.knee.key)
     chart = draw(view, other.key, *size)
-    assert chart.style(other.x, other.y) == SELECTED
-    assert chart.char(other.x, other.y) == MARKERS[view.marker(other.key)][0]
+    cell = chart.at(other.x, other.y)
+    assert (cell.char, cell.fg, cell.bg) == (MARKERS[view.marker(other.key)][0], cursor.fg, cursor.bg)
     assert chart.char(view.knee.x, view.knee.y) == "◆"
+    # Nothing else has the cursor's background.
+    assert sum(c.bg == cursor.bg for row in chart.cells for c in row) == 1
     # Selecting the knee keeps its diamond, in the selection's colours.
     chart = draw(view, view.knee.key, *size)
-    assert chart.char(view.knee.x, view.knee.y) == "◆" and chart.style(view.knee.x, view.knee.y) == SELECTED
+    cell = chart.at(view.knee.x, view.knee.y)
+    assert (cell.char, cell.bg) == ("◆", cursor.bg)
 
 
 def test_a_prediction_never_covers_the_measurement_it_predicts():
@@ -104,32 +137,79 @@ def test_a_prediction_never_covers_the_measurement_it_predicts():
         assert chart.char(d.x, d.y) != "○"
 
 
+@pytest.mark.parametrize("x,y", [("request_throughput", "p99_e2el_ms"), ("p99_e2el_ms", "request_throughput"),
+                                 ("tokens_per_s_per_user", "output_throughput")])
+@pytest.mark.parametrize("size", [(76, 11), (58, 30), (120, 40)])
+def test_the_drawn_staircase_runs_unbroken_through_every_frontier_point(x, y, size):
+    view = view_of(x=x, y=y)
+    chart = draw(view, None, *size)
+    verts = [chart.cell_of(vx, vy) for vx, vy in view.steps]
+    frontier = {chart.cell_of(d.x, d.y) for d in view.frontier}
+    assert set(verts) >= frontier
+    for (c0, r0), (c1, r1) in pairwise(verts):
+        assert c0 == c1 or r0 == r1  # runs only: horizontal or vertical
+        cells = ([(c, r0) for c in range(min(c0, c1), max(c0, c1) + 1)] if r0 == r1
+                 else [(c0, r) for r in range(min(r0, r1), max(r0, r1) + 1)])
+        for c, r in cells:
+            ch = chart.lines[r][c]
+            # The line, or a point's marker over it: no gap, no other series on top.
+            assert ch in LINE_CHARS or ch in SOLID_MARKS, (c, r, ch, chart.lines[r])
+            if ch in SOLID_MARKS:
+                assert (c, r) in {chart.cell_of(d.x, d.y) for d in (*view.measured, *view.failed_slo, *view.imported)}
+        if r0 == r1 and abs(c1 - c0) > 1:  # a horizontal run reads as one
+            assert chart.lines[r0][(c0 + c1) // 2] in "─" + "".join(SOLID_MARKS)
+        if c0 == c1 and abs(r1 - r0) > 1:
+            assert chart.lines[(r0 + r1) // 2][c0] in "│" + "".join(SOLID_MARKS)
+
+
 def test_the_slo_line_is_labelled_with_its_bound_and_covers_no_marker():
     view = view_of()
     chart = draw(view, None, 80, 16)
     _, r = chart.cell_of(POINTS[0].summary["request_throughput"], 60_000)
     assert "SLO 60 s" in chart.lines[r]
+    assert chart.lines[r].count("╌") > 20  # dashed, across the canvas
     for d in (*view.measured, *view.failed_slo):
         assert chart.char(d.x, d.y) not in "╌╎"
 
 
+def test_the_chart_follows_the_theme():
+    view = view_of()
+    for theme in ("textual-dark", "textual-light"):
+        pal = default_palette(theme)
+        chart = draw(view, None, 80, 16, palette=pal)
+        assert chart.at(view.knee.x, view.knee.y).fg == pal(MARKERS["knee"][1]).fg
+        p0 = view.points["p0"].summary
+        assert chart.at(p0["request_throughput"], p0["p99_e2el_ms"]).fg == pal(MARKERS["frontier"][1]).fg
+        line = {c.fg for row in chart.cells for c in row if c.char in "┌┐└┘" and c.fg != pal("$foreground 60%").fg}
+        assert line == {pal(LINE_STYLE).fg}
+
+
 # ---- axes and units ---------------------------------------------------------------------
-def test_axis_titles_head_the_y_axis_and_end_the_x_axis():
-    chart = draw(view_of(), None, 80, 12)
-    assert chart.lines[0].startswith("E2E p99 (s) · lower is better")
-    assert chart.lines[-1].rstrip().endswith("req/s · higher is better")
-    assert "(s)" not in chart.lines[-1] and "req/s" not in chart.lines[0]
+def _number(s: str) -> float:
+    return float(s.replace(",", ""))
 
 
-def test_ticks_are_round_numbers():
-    chart = draw(view_of(), None, 80, 16)
-    left = chart.canvas[0]
-    ylabels = [line[: left - 1].strip() for line in chart.lines[1:-3] if line[: left - 1].strip()]
-    xlabels = chart.lines[-2].split()
-    assert ylabels and xlabels
-    for s in ylabels + xlabels:
-        v = float(s.replace(",", ""))
-        assert any(abs(v / m - round(v / m)) < 1e-9 for m in (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)), s
+def test_ticks_are_round_numbers_where_their_values_are():
+    for size in ((80, 16), (58, 30), (120, 9)):
+        chart = draw(view_of(), None, *size)
+        left, top, _, h = chart.canvas
+        ylabels = {r: line[: left - 1].strip() for r, line in enumerate(chart.lines[top:top + h], top)
+                   if line[: left - 1].strip()}
+        xlabels = chart.lines[-1].split()
+        # Every tick asked for is drawn whole (plotext drops an x label that collides).
+        assert sorted(ylabels.values(), key=_number) == chart.ylabels and xlabels == chart.xlabels
+        assert len(ylabels) >= 2 and len(xlabels) >= 2
+        for s in [*ylabels.values(), *xlabels]:
+            v = _number(s)
+            assert any(abs(v / m - round(v / m)) < 1e-9 for m in (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25)), s
+        # A label sits on its value's row, beside a tick mark; no two on adjacent rows.
+        for r, s in ylabels.items():
+            assert chart.lines[r][left - 1] == "┤"
+            assert chart.cell_of(1.0, _number(s) * chart.ay.scale)[1] == r
+        assert all(b - a >= 2 for a, b in pairwise(sorted(ylabels)))
+        for s in xlabels:
+            c, _ = chart.cell_of(_number(s) * chart.ax.scale, 1.0)
+            assert chart.lines[-2][c] == "┬" and s in chart.lines[-1][max(0, c - len(s)):c + len(s)]
 
 
 def test_one_unit_per_metric_on_axis_table_and_detail():
@@ -155,8 +235,18 @@ async def test_table_and_chart_share_units_and_every_header_fits(demo_storage):
                 view, table = screen.view, screen.query_one(PointTable)
                 labels = [c.label.plain for c in table.ordered_columns]
                 assert labels[1:3] == [view.ax.label, view.ay.label]
+                # The titles: the y title heads the chart, the x title ends the row under
+                # the x tick labels; each whole, in the table's units.
+                ytitle, xtitle = screen.plot.titles
+                assert ytitle.startswith(f"{view.ay.label} · {view.ay.better_label}"), (size, ytitle)
+                assert xtitle.rstrip().endswith(f"{view.ax.label} · {view.ax.better_label}"), (size, xtitle)
+                assert len(xtitle) == screen.plot.size.width and xtitle.startswith(" ")
                 chart = screen.plot.chart
-                assert chart.lines[0].startswith(view.ay.label) and view.ax.label in chart.lines[-1]
+                assert chart is not None and chart.xlabels == chart.lines[-1].split(), size
+                # Each y title sits right above the chart's top row, the x title right under it.
+                canvas = screen.plot.canvas.region
+                assert screen.plot.query_one("#pareto-ytitle").region.bottom == canvas.y
+                assert screen.plot.query_one("#pareto-xtitle").region.y == canvas.bottom
                 # The knee's row shows its values in the axes' units; each row starts with
                 # its point's glyph on the chart.
                 row = table.get_row(view.knee.key)
@@ -182,7 +272,7 @@ async def test_the_table_keeps_rows_on_an_80x24_terminal(demo_storage):
         table = screen.query_one(PointTable)
         # A header and the whole frontier at least (it used to get no rows at all).
         assert table.scrollable_content_region.height >= 1 + len(screen.view.frontier)
-        assert screen.plot.size.height >= 10
+        assert screen.plot.size.height >= 10 and screen.plot.chart.canvas[3] >= 6
         assert screen.query_one(ParetoLegend).size.height == 1
 
 
@@ -220,9 +310,10 @@ def test_each_point_has_one_marker_kind():
 
 @pytest.mark.parametrize("points", [POINTS[:1], [pt(0, 1.0, 5_000), pt(1, 1.0, 5_000)], [pt(0, 1.0, 0.0), pt(1, 3.0, 0.0)]],
                          ids=["one point", "two alike", "zero latency"])
-@pytest.mark.parametrize("size", [(24, 6), (40, 9), (120, 40)])
+@pytest.mark.parametrize("size", [(24, 4), (40, 7), (120, 38)])
 def test_degenerate_studies_still_draw(points, size):
     view = view_of(points=points)
     chart = draw(view, view.knee.key, *size)
     assert chart.char(view.knee.x, view.knee.y) == "◆"
     assert all(len(line) == size[0] for line in chart.lines) and len(chart.lines) == size[1]
+    assert chart.xlabels == chart.lines[-1].split()

@@ -1,28 +1,48 @@
 """The Pareto scatter: measured points, points that missed an SLO, imported runs,
 predictions, the frontier as a staircase through its points, the knee and the selected
-point marked, SLO bounds; and its key (``ParetoLegend``), printed below the chart rather
-than inside it, where it would cover points.
+point marked, SLO bounds; its axis titles; and its key (``ParetoLegend``), printed below
+the chart rather than inside it, where it would cover points.
 
-Drawn on a character grid here rather than with plotext: the frontier is a staircase of
-horizontal and vertical runs, which box-drawing characters draw exactly where plotext's
-braille only approximates; plotext draws every series in call order with no way to keep a
-marker above a line it crosses later, puts the y title at the bottom left beside the x
-title, and splits ranges into ticks like 15.5, 39.8, 64.1. Colours are theme variables,
-resolved when the chart is drawn, so the chart follows a light/dark switch.
+What plotext draws (``draw``): the axes, the ticks and their labels, and every mark, as
+plotext series in call order, lowest first, since plotext has no z-order and a later
+series covers an earlier one in the same cell: the SLO lines (dashed), the frontier
+staircase, predictions, measured points, imported runs, misses, frontier points, the
+knee, then the SLO lines' labels and the selected point (plotext texts, drawn after every
+series; the selection as its glyph on the table cursor's colours).
+
+What this module adds around plotext:
+- the staircase's vertices (``ParetoView.steps``), drawn as one plotext line series per
+  horizontal run (marker "─") and per vertical run ("│"), with its corners as box-drawing
+  markers, so it reads as a line where plotext's braille would blur it;
+- round ticks (``nice_ticks``: plotext splits a range evenly, into 15.5, 39.8, 64.1), no two
+  y labels on adjacent rows, and the limits fixed, so the ticks, the data and the cell
+  arithmetic the SLO labels and the tests rely on (``Chart.cell_of``) all agree;
+- the axis titles as Textual rows outside plotext (``ParetoPlot``): plotext puts the y
+  title at the bottom left beside the x title, where it reads as the x axis's;
+- colours: theme variables resolved to RGB when the chart is drawn (``Palette``), so the
+  chart follows a light/dark switch.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from itertools import pairwise
 
-from textual.app import RenderResult
+from rich.text import Text
+from textual.app import ComposeResult, RenderResult
+from textual.color import Color
 from textual.content import Content
 from textual.geometry import Size
+from textual.markup import parse_style
+from textual.theme import BUILTIN_THEMES
 from textual.widget import Widget
+from textual.widgets import Static
+from textual_plotext.plot import Plot
 
 from tui.data.pareto_view import Axis, Dot, ParetoView
-from tui.widgets.safe_plot import nice_ticks, si
+from tui.widgets.safe_plot import SafePlot, nice_ticks, si
 
 # kind -> (glyph, style). The same glyphs head the table's rows (PointTable).
 MARKERS: dict[str, tuple[str, str]] = {
@@ -40,12 +60,14 @@ MARKERS: dict[str, tuple[str, str]] = {
 DRAW_ORDER = ("measured", "imported", "failed", "frontier", "knee")
 LINE_STYLE = "$text-success"
 SLO_STYLE = "$text-error 80%"
-AXIS_STYLE = "$foreground 45%"
-TICK_STYLE = "$foreground 70%"
+# plotext draws the axes and the tick labels in one colour: between the old axis (45%) and
+# tick (70%) shades, so the labels read and the frame stays quiet.
+TICK_STYLE = "$foreground 60%"
 DIM = "$foreground 60%"
 # The selected point keeps its glyph and takes the table cursor's colours, so it reads as
 # the highlighted row's point (its own colour on the cursor's blue vanishes in light themes).
 SELECTED = "bold $block-cursor-foreground on $block-cursor-background"
+SLO_DASH, SLO_VDASH = "╌", "╎"
 
 _BOX = {  # the directions a line cell joins -> its character
     frozenset("lr"): "─", frozenset("ud"): "│", frozenset("dr"): "┌", frozenset("dl"): "┐",
@@ -53,54 +75,132 @@ _BOX = {  # the directions a line cell joins -> its character
     frozenset("dlr"): "┬", frozenset("ulr"): "┴", frozenset("udlr"): "┼",
     frozenset("l"): "─", frozenset("r"): "─", frozenset("u"): "│", frozenset("d"): "│",
 }
+LINE_CHARS = frozenset(_BOX.values())
+
+RGB = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Ink:
+    """A style resolved for plotext: foreground, background (None: the widget's own shows
+    through) and plotext's style name."""
+
+    fg: RGB | None
+    bg: RGB | None
+    style: str | None  # "bold" or None
+
+
+class Palette:
+    """Resolves the module's Textual style strings ("bold $text-error", "$foreground 55%",
+    "... on $block-cursor-background") to RGB for plotext, which knows no theme variables
+    and no transparency: a colour with alpha is blended onto the background it sits on."""
+
+    def __init__(self, variables: dict[str, str], background: Color) -> None:
+        self.variables = variables
+        self.background = background
+
+    def __call__(self, style: str) -> Ink:
+        st = parse_style(style, self.variables)
+        bg = self.background + st.background if st.background is not None else self.background
+        # "auto" (the cursor's foreground) is a contrast colour, picked against what it is on.
+        fg = bg + st.foreground if st.foreground is not None else None
+        return Ink(fg.rgb if fg is not None else None, bg.rgb if st.background is not None else None,
+                   "bold" if st.bold else None)
+
+
+def default_palette(theme: str = "textual-dark") -> Palette:
+    """A theme's palette without an app (tests and scripts), on its screen background."""
+    variables = BUILTIN_THEMES[theme].to_color_system().generate()
+    return Palette(variables, Color.parse(variables["background"]))
+
+
+@dataclass(frozen=True)
+class Cell:
+    char: str
+    fg: RGB | None
+    bg: RGB | None
+    bold: bool
+
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def parse_ansi(ansi: str) -> list[list[Cell]]:
+    """plotext's output as a grid of cells: what a test (or the caller) finds where."""
+    rows: list[list[Cell]] = []
+    for line in ansi.split("\n"):
+        cells: list[Cell] = []
+        fg: RGB | None = None
+        bg: RGB | None = None
+        bold = False
+        pos = 0
+        for m in _SGR.finditer(line + "\x1b[m"):
+            cells.extend(Cell(ch, fg, bg, bold) for ch in line[pos:m.start()])
+            pos = m.end()
+            codes = [int(c) for c in m.group(1).split(";") if c] or [0]
+            i = 0
+            while i < len(codes):
+                c = codes[i]
+                if c == 0:
+                    fg, bg, bold = None, None, False
+                elif c == 1:
+                    bold = True
+                elif c in (38, 48) and codes[i + 1:i + 2] == [2]:
+                    rgb = (codes[i + 2], codes[i + 3], codes[i + 4])
+                    fg, bg = (rgb, bg) if c == 38 else (fg, rgb)
+                    i += 4
+                elif c == 39:
+                    fg = None
+                elif c == 49:
+                    bg = None
+                i += 1
+        rows.append(cells)
+    return rows
+
+
+def _bin(v: float, lo: float, hi: float, n: int) -> int:
+    """plotext's cell of a value: ``_utility.get_matrix_data`` (the centre of cell i is at
+    i, the limits at the centres of the first and last cells)."""
+    return math.floor(round(0.5 + (n - 1) * (v - lo) / (hi - lo), 8))
+
+
+def _at(i: int, lo: float, hi: float, n: int) -> float:
+    """A value plotext puts in cell ``i`` (the inverse of ``_bin``)."""
+    return lo + i * (hi - lo) / (n - 1)
 
 
 @dataclass
 class Chart:
-    """The drawn chart: a grid of (character, style) and where things landed, so tests can
-    ask what is on top at a point's cell."""
+    """The drawn chart: plotext's output and where things landed, so tests can ask what is
+    on top at a point's cell."""
 
-    cells: list[list[tuple[str, str]]]
+    ansi: str
+    cells: list[list[Cell]]
     canvas: tuple[int, int, int, int]  # left, top, width, height of the plotting area
     xlim: tuple[float, float]
     ylim: tuple[float, float]
     ax: Axis
     ay: Axis
+    xlabels: list[str]  # the tick labels asked for, left to right
+    ylabels: list[str]  # bottom to top
 
     def cell_of(self, x: float, y: float) -> tuple[int, int]:
         """(column, row) of a point given in raw metric units."""
         left, top, w, h = self.canvas
-        (x0, x1), (y0, y1) = self.xlim, self.ylim
-        c = left + round((self.ax.shown(x) - x0) / (x1 - x0) * (w - 1))
-        r = top + round((y1 - self.ay.shown(y)) / (y1 - y0) * (h - 1))
-        return c, r
+        c = _bin(self.ax.shown(x), *self.xlim, w)
+        r = _bin(self.ay.shown(y), *self.ylim, h)
+        return left + c, top + h - 1 - r
+
+    def at(self, x: float, y: float) -> Cell:
+        c, r = self.cell_of(x, y)
+        return self.cells[r][c]
 
     def char(self, x: float, y: float) -> str:
-        c, r = self.cell_of(x, y)
-        return self.cells[r][c][0]
-
-    def style(self, x: float, y: float) -> str:
-        c, r = self.cell_of(x, y)
-        return self.cells[r][c][1]
+        return self.at(x, y).char
 
     @property
     def lines(self) -> list[str]:
-        return ["".join(ch for ch, _ in row) for row in self.cells]
-
-    def content(self) -> Content:
-        parts: list[Content | tuple[str, str] | str] = []
-        for i, row in enumerate(self.cells):
-            if i:
-                parts.append("\n")
-            run, style = "", None
-            for ch, st in row:
-                if st != style and run:
-                    parts.append((run, style or ""))
-                    run = ""
-                run, style = run + ch, st
-            if run:
-                parts.append((run, style or ""))
-        return Content.assemble(*parts)
+        return ["".join(c.char for c in row) for row in self.cells]
 
 
 def _range(values: list[float], bounds: list[float], cells: int) -> tuple[float, float]:
@@ -128,29 +228,26 @@ def _tick_label(v: float, decimals: int) -> str:
     return f"{v:,.{decimals}f}"
 
 
-def draw(view: ParetoView, selected: str | None, width: int, height: int) -> Chart:
+def draw(view: ParetoView, selected: str | None, width: int, height: int,
+         palette: Palette | None = None, plt: Plot | None = None) -> Chart:
+    """Draw the chart with plotext at ``width`` x ``height`` cells (the axes and tick
+    labels included, the titles not) and return what it drew."""
+    pal = palette or default_palette()
+    plt = plt if plt is not None else Plot()
     ax, ay = view.ax, view.ay
-    cells = [[(" ", "")] * width for _ in range(height)]
-
-    def put(c: int, r: int, ch: str, style: str) -> None:
-        if 0 <= r < height and 0 <= c < width:
-            cells[r][c] = (ch, style)
-
-    def text(c: int, r: int, s: str, style: str) -> None:
-        for i, ch in enumerate(s):
-            put(c + i, r, ch, style)
-
     points = (*view.measured, *view.failed_slo, *view.imported)
     everything = (*points, *view.predicted)
     xb = [ax.shown(view.x_bound)] if view.x_bound is not None else []
     yb = [ay.shown(view.y_bound)] if view.y_bound is not None else []
-    # Rows: y title, canvas, x axis, x tick labels, x title.
-    top, ch = 1, height - 4
+
+    # plotext's layout with a left y axis, a bottom x axis and no titles: the canvas fills
+    # the rows above the x axis and its tick labels, right of the y labels and the axis.
+    top, ch = 0, height - 2
     x0, x1 = _range([ax.shown(d.x) for d in everything], xb, width)
     y0, y1 = _range([ay.shown(d.y) for d in everything], yb, ch)
 
     def row(v: float) -> int:
-        return top + round((y1 - v) / (y1 - y0) * (ch - 1))
+        return top + ch - 1 - _bin(v, y0, y1, ch)
 
     for most in range(max(2, min(6, (ch + 2) // 3)), 1, -1):
         # Labels on adjacent rows read as one number: fewer ticks, or none too close.
@@ -164,7 +261,7 @@ def draw(view: ParetoView, selected: str | None, width: int, height: int) -> Cha
     for t in sorted(yticks, reverse=True):
         if (not kept or row(t) - row(kept[-1]) >= 2) and (row(t) not in slo_rows or t in yb):
             kept.append(t)
-    yticks = kept
+    yticks = sorted(kept)
     ylabels = [_tick_label(t, yd) for t in yticks]
     gutter = max((len(s) for s in ylabels), default=1)
     left = gutter + 1
@@ -177,111 +274,119 @@ def draw(view: ParetoView, selected: str | None, width: int, height: int) -> Cha
                              for a, b in pairwise(xticks)):
             break
         xmost -= 1
-    chart = Chart(cells, (left, top, cw, ch), (x0, x1), (y0, y1), ax, ay)
 
     def col(v: float) -> int:
-        return left + round((v - x0) / (x1 - x0) * (cw - 1))
+        return left + _bin(v, x0, x1, cw)
 
-    # Axes and ticks.
-    axis_row = top + ch
-    for r in range(top, axis_row):
-        put(gutter, r, "│", AXIS_STYLE)
-    put(gutter, axis_row, "└", AXIS_STYLE)
-    for c in range(left, width):
-        put(c, axis_row, "─", AXIS_STYLE)
-    for t, s in zip(yticks, ylabels):
-        r = row(t)
-        put(gutter, r, "┤", AXIS_STYLE)
-        text(gutter - len(s), r, s, TICK_STYLE)
-    end = -1
-    for t, s in zip(xticks, xlabels):
-        c = col(t)
-        put(c, axis_row, "┬", AXIS_STYLE)
-        start = min(max(c - len(s) // 2, 0), width - len(s))
-        if start > end:
-            text(start, axis_row + 1, s, TICK_STYLE)
-            end = start + len(s)
+    def x_at(c: int) -> float:  # a value plotext puts in canvas column c (absolute)
+        return _at(c - left, x0, x1, cw)
 
-    # Titles: the y title heads the y axis, the x title ends the x axis.
-    ytitle = [(ay.label, "bold"), (f" · {ay.better_label}", DIM)]
-    _place(cells, 0, 0, ytitle)
-    if view.frontier:  # a count to the right of the y title, where it fits
-        note = f"{len(view.frontier)} on the frontier"
-        if sum(len(t) for t, _ in ytitle) + 2 + len(note) <= width:
-            _place(cells, 0, width - len(note), [(note, DIM)])
-    xtitle = [(ax.label, "bold"), (f" · {ax.better_label}", DIM)]
-    _place(cells, height - 1, max(0, width - sum(len(t) for t, _ in xtitle)), xtitle)
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    plt._set_size(width, height)  # as textual-plotext does: plotsize alone leaves stale sizes
+    # No backgrounds of plotext's own: the widget's shows through, as around the chart.
+    plt.theme("clear")
+    plt.xaxes(True, False)
+    plt.yaxes(True, False)
+    plt.ticks_color(pal(TICK_STYLE).fg)
+    # Fixed limits: plotext would otherwise widen them to the SLO labels' anchors, and the
+    # cell arithmetic below (label placement, Chart.cell_of) assumes these. They are the
+    # padded data range, the ticks inside it: widening to the outer round ticks would
+    # spend up to a tick step of each axis on empty space.
+    plt.xlim(x0, x1)
+    plt.ylim(y0, y1)
+    plt.xticks(xticks, xlabels)
+    plt.yticks(yticks, ylabels)
 
-    # SLO bounds, dashed, under everything else.
-    slo_notes: list[tuple[int, list[int], str]] = []  # (row, starts to try in order, text)
+    # 1. SLO bounds, dashed (plotext's hline/vline are solid, the frontier's glyph), lowest.
+    slo = pal(SLO_STYLE)
+    slo_notes: list[tuple[float, list[int], str]] = []  # (y, starts to try in order, text)
     for b in yb:
         if y0 <= b <= y1:
-            for c in range(left, width):
-                put(c, row(b), "╌", SLO_STYLE)
+            plt.plot([x0, x1], [b, b], marker=SLO_DASH, color=slo.fg)
             note = f" SLO {b:g} {ay.unit}".rstrip() + " "
-            slo_notes.append((row(b), list(range(width - len(note), left - 1, -1)), note))
+            slo_notes.append((b, list(range(width - len(note), left - 1, -1)), note))
     for b in xb:
         if x0 <= b <= x1:
-            for r in range(top, axis_row):
-                put(col(b), r, "╎", SLO_STYLE)
+            plt.plot([b, b], [y0, y1], marker=SLO_VDASH, color=slo.fg)
             note = f" SLO {b:g} {ax.unit}".rstrip()
             right, before = range(col(b) + 1, width - len(note) + 1), range(col(b) - len(note), left - 1, -1)
-            slo_notes.append((top, [*right, *before], note))
+            slo_notes.append((_at(ch - 1, y0, y1, ch), [*right, *before], note))
 
-    # The frontier staircase, under the markers.
+    # 2. The frontier staircase: a series per horizontal and per vertical run, with box
+    # characters as markers, then its corners (found in cells: two vertices a cell apart
+    # may share one) over the runs' ends.
+    line = pal(LINE_STYLE)
+    steps = [(ax.shown(x), ay.shown(y)) for x, y in view.steps]
+    for (xa, ya), (xb_, yb_) in pairwise(steps):
+        plt.plot([xa, xb_], [ya, yb_], marker="─" if ya == yb_ else "│", color=line.fg)
+    verts: list[tuple[int, int]] = []
+    at_cell: dict[tuple[int, int], tuple[float, float]] = {}
+    for x, y in steps:
+        cell = (col(x), row(y))
+        at_cell.setdefault(cell, (x, y))
+        if not verts or verts[-1] != cell:
+            verts.append(cell)
     joins: dict[tuple[int, int], set[str]] = {}
-    verts = [(col(ax.shown(x)), row(ay.shown(y))) for x, y in view.steps]
     for (c0, r0), (c1, r1) in pairwise(verts):
         if r0 == r1:
             for c in range(min(c0, c1), max(c0, c1)):
                 joins.setdefault((c, r0), set()).add("r")
                 joins.setdefault((c + 1, r0), set()).add("l")
-        elif c0 == c1:
+        else:
             for r in range(min(r0, r1), max(r0, r1)):
                 joins.setdefault((c0, r), set()).add("d")
                 joins.setdefault((c0, r + 1), set()).add("u")
-    for (c, r), dirs in joins.items():
-        put(c, r, _BOX[frozenset(dirs)], LINE_STYLE)
+    corners: dict[str, list[tuple[float, float]]] = {}
+    for cell in dict.fromkeys(verts):
+        glyph = _BOX[frozenset(joins.get(cell, "lr"))]
+        if glyph not in "─│":
+            corners.setdefault(glyph, []).append(at_cell[cell])
+    for glyph, xy in corners.items():
+        plt.scatter([x for x, _ in xy], [y for _, y in xy], marker=glyph, color=line.fg)
 
-    # Markers, most important last.
-    glyph, style = MARKERS["predicted"]
-    for d in view.predicted:
-        put(col(ax.shown(d.x)), row(ay.shown(d.y)), glyph, style)
+    # 3. Markers, most important last.
+    def scatter(dots: list[Dot] | tuple[Dot, ...], kind: str) -> None:
+        if dots:
+            glyph, style = MARKERS[kind]
+            ink = pal(style)
+            plt.scatter([ax.shown(d.x) for d in dots], [ay.shown(d.y) for d in dots],
+                        marker=glyph, color=ink.fg, style=ink.style)
+
+    scatter(view.predicted, "predicted")
     kinds: dict[str, list[Dot]] = {k: [] for k in DRAW_ORDER}
     for d in points:
         kinds[view.marker(d.key)].append(d)
     for kind in DRAW_ORDER:
-        glyph, style = MARKERS[kind]
-        for d in kinds[kind]:
-            put(col(ax.shown(d.x)), row(ay.shown(d.y)), glyph, style)
-    # Each SLO line is labelled with its bound (at a few rows' resolution it can share a
-    # row with a tick of another value), in the rightmost stretch that covers no mark.
-    for r, starts, note in slo_notes:
+        scatter(kinds[kind], kind)
+
+    # 4. Each SLO line's label, its bound (at a few rows' resolution the line can share a
+    # row with a tick of another value), in the rightmost stretch that covers no mark and
+    # no stretch of the frontier. plotext draws texts after every series.
+    taken = set(joins) | {(col(ax.shown(d.x)), row(ay.shown(d.y))) for d in everything}
+    for y, starts, note in slo_notes:
+        r = row(y)
         for start in starts:
-            if all(cells[r][c][0] in " ╌╎" for c in range(start, start + len(note))):
-                text(start, r, note, SLO_STYLE)
+            if start + len(note) <= width and not any((c, r) in taken for c in range(start, start + len(note))):
+                plt.text(note, x_at(start), y, color=slo.fg, alignment="left")
                 break
+
+    # 5. The selected point, last: its glyph on the table cursor's colours.
     sel = next((d for d in points if d.key == selected), None)
     if sel is not None:
-        glyph, _ = MARKERS[view.marker(sel.key)]
-        put(col(ax.shown(sel.x)), row(ay.shown(sel.y)), glyph, SELECTED)
-    return chart
+        ink = pal(SELECTED)
+        plt.text(MARKERS[view.marker(sel.key)][0], ax.shown(sel.x), ay.shown(sel.y),
+                 color=ink.fg, background=ink.bg, style=ink.style, alignment="left")
+
+    ansi = plt.build().removesuffix("\n")  # plotext ends its last row with a newline
+    return Chart(ansi, parse_ansi(ansi), (left, top, cw, ch), (x0, x1), (y0, y1), ax, ay, xlabels, ylabels)
 
 
-def _place(cells: list[list[tuple[str, str]]], r: int, c: int, parts: list[tuple[str, str]]) -> None:
-    """Write (text, style) runs into the grid, clipped at the right edge."""
-    width = len(cells[r])
-    for s, style in parts:
-        for ch in s:
-            if c >= width:
-                return
-            cells[r][c] = (ch, style)
-            c += 1
+class ParetoCanvas(SafePlot):
+    """The plotext part of the chart, drawn at render time: the ticks depend on the size."""
 
-
-class ParetoPlot(Widget):
     DEFAULT_CSS = """
-    ParetoPlot { height: 1fr; min-height: 8; }
+    ParetoCanvas { height: 1fr; }
     """
 
     def __init__(self, **kw) -> None:
@@ -294,19 +399,102 @@ class ParetoPlot(Widget):
         self._view, self._selected = view, selected
         self.refresh()
 
-    def render(self) -> RenderResult:
-        w, h = self.content_region.size
+    def palette(self) -> Palette:
+        # The background the chart sits on, for colours given with an alpha.
+        return Palette(self.app.theme_variables, self.background_colors[1])
+
+    def render_plot(self) -> RenderResult:
+        w, h = self.size
         view = self._view
         self.chart = None
         if view is None or view.empty:
             return Content.styled("no measured points yet", DIM)
-        if w < 24 or h < 6:
+        if w < 24 or h < 4:
             return Content.styled("(too small for a chart)", DIM)
-        try:
-            self.chart = draw(view, self._selected, w, h)
-        except Exception as e:  # a bug here must not end the app mid-demo  # noqa: BLE001
-            return Content.styled(f"chart unavailable: {type(e).__name__}: {e}", DIM)
-        return self.chart.content()
+        self.chart = draw(view, self._selected, w, h, self.palette(), self.plt)
+        return Text.from_ansi(self.chart.ansi)
+
+
+class ChartTitle(Widget):
+    """One row: a title at the left and, where both fit, a note at the right."""
+
+    DEFAULT_CSS = """
+    ChartTitle { height: 1; }
+    """
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.left, self.right = Content(""), Content("")
+
+    def show(self, left: Content, right: Content) -> None:
+        self.left, self.right = left, right
+        self.refresh()
+
+    def render(self) -> Content:
+        w = self.content_region.width
+        room = w - self.left.cell_length - self.right.cell_length
+        if self.right.cell_length and room >= 2:
+            return Content.assemble(self.left, " " * room, self.right)
+        return self.left
+
+
+class ParetoPlot(Widget):
+    """The chart with its axis titles, which plotext cannot place where they read: the y
+    title heads the y axis (with the frontier's size at its right), the x title ends the x
+    axis, under its tick labels."""
+
+    DEFAULT_CSS = """
+    ParetoPlot { height: 1fr; min-height: 8; layout: vertical; }
+    ParetoPlot > #pareto-xtitle { height: 1; width: 1fr; text-align: right; }
+    """
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self._view: ParetoView | None = None
+        self._selected: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield ChartTitle(id="pareto-ytitle")
+        yield ParetoCanvas(id="pareto-canvas")
+        yield Static("", id="pareto-xtitle")
+
+    def on_mount(self) -> None:
+        self._apply()
+
+    def show(self, view: ParetoView | None, selected: str | None = None) -> None:
+        self._view, self._selected = view, selected
+        if self.is_mounted:
+            self._apply()
+
+    @property
+    def canvas(self) -> ParetoCanvas:
+        return self.query_one(ParetoCanvas)
+
+    @property
+    def chart(self) -> Chart | None:
+        return self.canvas.chart
+
+    @property
+    def titles(self) -> tuple[str, str]:
+        """The y title row and the x title row, as last drawn (aligned, full width)."""
+        rows = (self.query_one(ChartTitle), self.query_one("#pareto-xtitle", Static))
+        return tuple(w.render_line(0).text for w in rows)  # type: ignore[return-value]
+
+    def _apply(self) -> None:
+        view = self._view
+        self.canvas.show(view, self._selected)
+        ytitle, xtitle = self.query_one(ChartTitle), self.query_one("#pareto-xtitle", Static)
+        if view is None or view.empty:
+            ytitle.show(Content(""), Content(""))
+            xtitle.update("")
+            return
+        note = Content.styled(f"{len(view.frontier)} on the frontier", DIM) if view.frontier else Content("")
+        ytitle.show(_title(view.ay), note)
+        xtitle.update(_title(view.ax))
+
+
+def _title(a: Axis) -> Content:
+    return Content.assemble((a.label, "bold"), (f" · {a.better_label}", DIM))
 
 
 def legend_items(view: ParetoView | None, selected: str | None) -> list[Content]:

@@ -68,6 +68,11 @@ class SafePlot(PlotextPlot):
         if self.size.width < 10 or self.size.height < 4:
             return Text("(too small for a chart)", style="dim")
         try:
-            return super().render()
+            return self.render_plot()
         except Exception as e:  # plotext's layout code fails on some degenerate inputs
             return Text(f"chart unavailable: {type(e).__name__}: {e}", style="dim")
+
+    def render_plot(self) -> RenderResult:
+        """The chart, under ``render``'s guard. A chart laid out for its size (ticks that fit
+        it) overrides this to configure ``self.plt`` here, where the size is known."""
+        return super().render()
