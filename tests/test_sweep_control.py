@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.procs import tagged_pids, wait_gone
 
 from core.errors import BadInput
 from core.results.store import StudyStore
@@ -50,30 +51,6 @@ def exited(pid: int) -> bool:
     except ChildProcessError:
         return True
     return done == pid
-
-
-def tagged_pids(study: str) -> list[int]:
-    """Live processes carrying KNEE_SERVER_TAG=<study>/... (every server the sweep started)."""
-    out = []
-    needle = f"KNEE_SERVER_TAG={study}/".encode()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-            state = (d / "stat").read_text().split(") ", 1)[1][0]
-        except OSError:
-            continue
-        if needle in env and state != "Z":
-            out.append(int(d.name))
-    return out
-
-
-def wait_gone(study: str, timeout: float = 5.0) -> list[int]:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and tagged_pids(study):
-        time.sleep(0.1)
-    return tagged_pids(study)
 
 
 @pytest.fixture(autouse=True)

@@ -79,13 +79,16 @@ def test_real_vllm_sweep(tmp_path, vllm_python, tiny_model_dir):
     raw = (tmp_path / "knee.db").read_bytes()
     for t in trials:
         assert b"VLLM_API_KEY" not in raw
-    # Progress events at >= 2 Hz while a point runs (rate over each point that lasted > 1 s;
-    # a single gap may stretch on a loaded 2-core box, the rate may not).
+    # Progress events at >= 2 Hz while a point runs: ticks over time, pooled over the points
+    # (each point's span from its first to its last "run" tick; on a quiet box a point lasts
+    # under a second, so no single point is long enough to judge alone).
     by_point: dict[str, list[float]] = {}
     for t, k, d in events:
         if k == "progress" and d.get("phase") == "run":
             by_point.setdefault(d["point_id"], []).append(t)
-    rates = [(len(ts) - 1) / (ts[-1] - ts[0]) for ts in by_point.values() if len(ts) > 2 and ts[-1] - ts[0] > 1.0]
-    assert rates and min(rates) >= 2.0, rates
+    ticks = sum(len(ts) - 1 for ts in by_point.values())
+    span = sum(ts[-1] - ts[0] for ts in by_point.values())
+    assert span > 1.0, f"points too short to time the progress ticks: {by_point}"
+    assert ticks / span >= 2.0, (ticks, span, by_point)
     assert all("running" in d for t, k, d in events if k == "progress" and d.get("phase") == "run" and "completed" in d)
     assert wait_gone(name, timeout=15) == [] and not tagged_pids(name)
