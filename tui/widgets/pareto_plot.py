@@ -26,10 +26,12 @@ What this module adds around plotext:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import pairwise
 
+from rich.ansi import AnsiDecoder
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult, RenderResult
 from textual.color import Color
@@ -122,40 +124,20 @@ class Cell:
     bold: bool
 
 
-_SGR = re.compile(r"\x1b\[([0-9;]*)m")
-
-
 def parse_ansi(ansi: str) -> list[list[Cell]]:
     """plotext's output as a grid of cells: what a test (or the caller) finds where."""
     rows: list[list[Cell]] = []
-    for line in ansi.split("\n"):
-        cells: list[Cell] = []
-        fg: RGB | None = None
-        bg: RGB | None = None
-        bold = False
-        pos = 0
-        for m in _SGR.finditer(line + "\x1b[m"):
-            cells.extend(Cell(ch, fg, bg, bold) for ch in line[pos:m.start()])
-            pos = m.end()
-            codes = [int(c) for c in m.group(1).split(";") if c] or [0]
-            i = 0
-            while i < len(codes):
-                c = codes[i]
-                if c == 0:
-                    fg, bg, bold = None, None, False
-                elif c == 1:
-                    bold = True
-                elif c in (38, 48) and codes[i + 1:i + 2] == [2]:
-                    rgb = (codes[i + 2], codes[i + 3], codes[i + 4])
-                    fg, bg = (rgb, bg) if c == 38 else (fg, rgb)
-                    i += 4
-                elif c == 39:
-                    fg = None
-                elif c == 49:
-                    bg = None
-                i += 1
-        rows.append(cells)
+    for line in AnsiDecoder().decode(ansi):
+        styles = [Style()] * len(line.plain)
+        for span in line.spans:  # in order: a later span's attributes win
+            for i in range(span.start, min(span.end, len(styles))):
+                styles[i] = styles[i] + span.style
+        rows.append([Cell(ch, _rgb(st.color), _rgb(st.bgcolor), bool(st.bold)) for ch, st in zip(line.plain, styles)])
     return rows
+
+
+def _rgb(color) -> RGB | None:  # noqa: ANN001 - rich.color.Color | None
+    return None if color is None or color.is_default else tuple(color.get_truecolor())
 
 
 def _bin(v: float, lo: float, hi: float, n: int) -> int:
@@ -175,7 +157,6 @@ class Chart:
     on top at a point's cell."""
 
     ansi: str
-    cells: list[list[Cell]]
     canvas: tuple[int, int, int, int]  # left, top, width, height of the plotting area
     xlim: tuple[float, float]
     ylim: tuple[float, float]
@@ -183,6 +164,11 @@ class Chart:
     ay: Axis
     xlabels: list[str]  # the tick labels asked for, left to right
     ylabels: list[str]  # bottom to top
+
+    @cached_property
+    def cells(self) -> list[list[Cell]]:
+        # Parsed on first use (tests, tools): the app only shows ``ansi``.
+        return parse_ansi(self.ansi)
 
     def cell_of(self, x: float, y: float) -> tuple[int, int]:
         """(column, row) of a point given in raw metric units."""
@@ -379,7 +365,7 @@ def draw(view: ParetoView, selected: str | None, width: int, height: int,
                  color=ink.fg, background=ink.bg, style=ink.style, alignment="left")
 
     ansi = plt.build().removesuffix("\n")  # plotext ends its last row with a newline
-    return Chart(ansi, parse_ansi(ansi), (left, top, cw, ch), (x0, x1), (y0, y1), ax, ay, xlabels, ylabels)
+    return Chart(ansi, (left, top, cw, ch), (x0, x1), (y0, y1), ax, ay, xlabels, ylabels)
 
 
 class ParetoCanvas(SafePlot):
