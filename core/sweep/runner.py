@@ -177,13 +177,10 @@ class Runner:
         # readiness poll, the load client, the rest between launches).
         while not self._watch_done.wait(CONTROL_POLL_S):
             try:
-                state = self.store.requested_state(self.study)
+                if self._requested() == "stop":
+                    return
             except Exception:
                 continue  # a busy store must not end the sweep
-            if state == "stop":
-                self._stop_requested = True
-                self.cancel.set()
-                return
 
     def _start_watch(self) -> None:
         threading.Thread(target=self._watch_control, name="knee-control", daemon=True).start()
@@ -657,9 +654,8 @@ class Runner:
                 # came back a hair early skipped a whole period (seen in CI: 2 Hz, not 4).
                 if now >= next_progress:
                     next_progress = max(next_progress + period, now + period / 2)  # no burst after a stall
-                    srv = telemetry.latest if telemetry else {}
                     data = {**latest, **label, "phase": "run", "elapsed_s": now - t0}
-                    data.update(server_running=srv.get("running"), server_waiting=srv.get("waiting"), kv_cache_usage=srv.get("kv_cache_usage"))
+                    data.update(_server_fields(telemetry.latest if telemetry else {}))
                     data.update(_gpu_fields(gpu_live(telemetry.latest_gpus) if telemetry else None))
                     self.emit("progress", **data)
         finally:
@@ -698,7 +694,7 @@ class Runner:
         gpu = m.gpu or (gpu_live(telemetry.latest_gpus) if telemetry else None)
         end = {**latest, **label, "phase": "end", "elapsed_s": wall, **_gpu_fields(gpu)}
         if telemetry and telemetry.latest:
-            end.update(server_running=telemetry.latest.get("running"), server_waiting=telemetry.latest.get("waiting"), kv_cache_usage=telemetry.latest.get("kv_cache_usage"))
+            end.update(_server_fields(telemetry.latest))
         elif gpu and gpu.get("kv_usage") is not None:
             end["kv_cache_usage"] = gpu["kv_usage"]  # simulated: the peak, as in the GPU memory
         self.emit("progress", **end)
@@ -741,6 +737,11 @@ class Runner:
             **label,
         )
         return row
+
+
+def _server_fields(srv: dict[str, Any]) -> dict[str, Any]:
+    """Progress-event fields from vLLM's /metrics (the sampler's latest scrape)."""
+    return {"server_running": srv.get("running"), "server_waiting": srv.get("waiting"), "kv_cache_usage": srv.get("kv_cache_usage")}
 
 
 def _gpu_fields(gpu: dict[str, Any] | None) -> dict[str, Any]:

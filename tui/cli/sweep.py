@@ -290,7 +290,8 @@ def _study_arg(args, flag: str, value) -> str | None:
 
 
 def _control(args, storage: str) -> int:
-    """--pause / --stop, and --continue of a paused sweep: one request in the store."""
+    """--pause / --stop: one request in the store (--continue goes through run(), which also
+    resumes a study whose runner is gone)."""
     from core.results.store import StudyStore
     from tui.data.sweep_control import SweepControl
 
