@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from .tinymodel import REPO_ROOT, VLLM_PYTHON
+from .tinymodel import VLLM_PYTHON
 from .vllm_server import vllm_env
 
 # Runs inside .venv-vllm. Wraps serve.benchmark to record the requests at the moment they are
@@ -328,17 +328,28 @@ class VllmBenchSession:
         the process's scheduling after the heavy start, not during it)."""
         if self._ready:
             return
+        try:
+            line, _ = self._until("\x00KNEE-READY", timeout)
+        except TimeoutError:
+            raise VllmBenchError(f"vllm bench session did not start within {timeout:.0f}s\n{self._stderr()}") from None
+        if line is None:
+            raise VllmBenchError(f"vllm bench session exited while starting\n{self._stderr()}")
+        self._ready = True
+
+    def _until(self, marker: str, timeout: float) -> tuple[str | None, list[str]]:
+        """The session's output up to the line starting with ``marker``: (that line, the lines
+        before it), or (None, the lines) when the process exited first. TimeoutError (its
+        argument: the lines so far) when ``timeout`` passes first."""
+        before: list[str] = []
         deadline = time.monotonic() + timeout
         while True:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise VllmBenchError(f"vllm bench session did not start within {timeout:.0f}s\n{self._stderr()}") from None
-            if line is None:
-                raise VllmBenchError(f"vllm bench session exited while starting\n{self._stderr()}")
-            if line.startswith("\x00KNEE-READY"):
-                self._ready = True
-                return
+                raise TimeoutError(before) from None
+            if line is None or line.startswith(marker):
+                return line, before
+            before.append(line)
 
     def _pump(self) -> None:
         for line in self.proc.stdout:
@@ -364,17 +375,12 @@ class VllmBenchSession:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise VllmBenchError(f"vllm bench session died; argv: {argv}\n{self._stderr()}") from None
-        stdout, deadline = [], time.monotonic() + timeout
-        while True:
-            try:
-                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise VllmBenchError(f"vllm bench serve did not finish within {timeout:.0f}s; argv: {argv}\n{''.join(stdout)[-3000:]}") from None
-            if line is None:
-                raise VllmBenchError(f"vllm bench session exited; argv: {argv}\n{''.join(stdout)[-3000:]}\n{self._stderr()}")
-            if line.startswith("\x00KNEE-DONE"):
-                break
-            stdout.append(line)
+        try:
+            line, stdout = self._until("\x00KNEE-DONE", timeout)
+        except TimeoutError as e:
+            raise VllmBenchError(f"vllm bench serve did not finish within {timeout:.0f}s; argv: {argv}\n{''.join(e.args[0])[-3000:]}") from None
+        if line is None:
+            raise VllmBenchError(f"vllm bench session exited; argv: {argv}\n{''.join(stdout)[-3000:]}\n{self._stderr()}")
         if line.split()[-1] != "ok" or not out.exists():
             raise VllmBenchError(f"vllm bench serve failed; argv: {argv}\n--- stdout ---\n{''.join(stdout)[-3000:]}\n--- stderr ---\n{self._stderr()}")
         result = json.loads(out.read_text())
