@@ -134,7 +134,7 @@ def test_image_uris_resolve_offline_from_the_sdk():
     assert vllm.uri.endswith("/vllm:0.30.0-gpu-py312-cu130-ubuntu24.04-sagemaker") and vllm.cuda13
     tgi = resolve_image("tgi", "us-east-1", "3.3.6")
     assert tgi.uri.endswith("huggingface-pytorch-tgi-inference:2.7.0-tgi3.3.6-gpu-py311-cu124-ubuntu22.04")
-    assert "sagemaker 3.27.0" in tgi.source
+    assert "sagemaker-core 2.27.0" in tgi.source
     with pytest.raises(BadInput, match="unknown region 'mars-north-1'"):
         resolve_image("lmi", "mars-north-1")
     with pytest.raises(BadInput, match="unknown vllm image version '9.9.9'"):

@@ -322,7 +322,7 @@ class Image:
 
 def resolve_image(container: str, region: str, version: str | None = None) -> Image:
     """The ECR image for ``container`` in ``region`` at ``version`` (default: the newest the
-    pinned sagemaker SDK knows). Unknown regions and versions are :class:`BadInput`."""
+    pinned sagemaker-core knows). Unknown regions and versions are :class:`BadInput`."""
     from importlib.metadata import version as _dist_version
 
     fl = FLAVOURS[container]
@@ -336,6 +336,6 @@ def resolve_image(container: str, region: str, version: str | None = None) -> Im
             raise BadInput(f"unknown region {region!r}: the sagemaker SDK has no {fl.sdk_framework} image there") from None
         raise BadInput(f"unknown {container} image version {ver!r}",
                        f"the sagemaker SDK knows {', '.join(versions[-6:])}") from None
-    sdk = _dist_version("sagemaker")
+    sdk = _dist_version("sagemaker-core")
     return Image(uri=uri, version=ver,
-                 source=f"sagemaker {sdk} image_uris.retrieve(framework={fl.sdk_framework!r}, region={region!r}, version={ver!r})")
+                 source=f"sagemaker-core {sdk} image_uris.retrieve(framework={fl.sdk_framework!r}, region={region!r}, version={ver!r})")
