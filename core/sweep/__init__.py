@@ -113,22 +113,11 @@ def start_detached(storage: str, study: str, workspace: str | None = None, log_p
 
 
 def runner_alive(study_row: dict[str, Any]) -> bool:
-    """Whether the study's runner looks alive (pid exists here, heartbeat fresh)."""
-    import socket
+    """Whether the study's runner looks alive: on its host, its pid exists (and is not a
+    reused one); from another host, its heartbeat is fresh. See ``core.results.store``."""
+    from core.results.store import runner_alive as alive
 
-    pid = study_row.get("runner_pid")
-    if not pid or study_row.get("status") != "running":
-        return False
-    if study_row.get("runner_host") == socket.gethostname():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass
-        return True
-    beat = study_row.get("heartbeat_at") or 0
-    return time.time() - beat < 60
+    return alive(study_row)
 
 
 __all__ = ["build_spec", "create_study", "start_detached", "runner_alive", "default_study_name"]

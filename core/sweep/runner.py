@@ -53,7 +53,7 @@ INTERRUPTED = "interrupted"
 INFEASIBLE = "infeasible"
 PROGRESS_HZ = 4.0
 CONTROL_POLL_S = 0.5  # how often a pause/continue/stop request is read from the store
-BEAT_S = 2.0  # heartbeat spacing (remote viewers call a runner dead after 60 s without one)
+BEAT_S = 2.0  # heartbeat spacing (remote viewers call a runner dead after store.RUNNER_STALE_S without one)
 
 
 class _Interrupted(Exception):
@@ -175,8 +175,12 @@ class Runner:
         # and a runner on another machine cannot be signalled: this thread reads the request
         # and sets the cancel event every wait in the runner already honours (the launch's
         # readiness poll, the load client, the rest between launches).
-        while not self._watch_done.wait(CONTROL_POLL_S):
+        # It also keeps the heartbeat fresh while no event is emitted (a server loading a
+        # large model for minutes): a viewer on another host calls a silent runner dead.
+        while not self._watch_done.wait(min(CONTROL_POLL_S, BEAT_S)):
             try:
+                if self.worker_trial is None:
+                    self._beat()
                 if self._requested() == "stop":
                     return
             except Exception:

@@ -101,5 +101,16 @@ class StudyView:
         row = self.store.study(self.study) or {}
         return runner_alive(row)
 
+    def state(self) -> str:
+        """The status to show: the events' one, except that a study whose runner died
+        without a word (SIGKILL: no ``study_interrupted`` event) is ``interrupted``."""
+        if self.status in ("done", "interrupted"):
+            return self.status
+        from core.results.store import study_status
+
+        row = self.store.study(self.study) or {}
+        stored = study_status(row) if row else self.status
+        return "interrupted" if stored == "interrupted" else self.status
+
     def idle_s(self) -> float:
         return time.time() - self.last_event_time if self.last_event_time else float("inf")

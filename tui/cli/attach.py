@@ -20,8 +20,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from core.results.store import StudyStore, default_storage
+    from core.results.store import StudyStore, default_storage, runner_gone, study_status
     from core.sweep import runner_alive
+    from tui.cli.results import resume_command
     from tui.cli.sweep import ProgressPrinter
 
     store = StudyStore(args.storage or default_storage(args.workspace), create=False)
@@ -37,11 +38,13 @@ def run(args) -> int:
         # Start from the study's latest study_started event, so the header is shown.
         starts = store.events(study, kinds=["study_started"])
         after = starts[-1].seq - 1 if starts else 0
-    state = row["status"]
+    state = study_status(row)
     if state == "running" and store.requested_state(study) == "pause":
         state = f"paused; go on with: knee sweep --continue --study {study}"
+    elif state == "interrupted" and row["status"] == "running":
+        state = f"interrupted: {runner_gone(row)}"  # killed without a word: the row still says running
     print(f"knee: attached to {study!r} ({state}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
-    last_check = time.monotonic()
+    last_check = -1e9  # the first quiet moment checks the runner: a dead one is told at once
     try:
         while True:
             batch = store.events(study, after=after)
@@ -57,10 +60,12 @@ def run(args) -> int:
                     if row.get("status") == "created" and time.time() - (row.get("created_at") or 0) < 60:
                         continue  # a detached runner that has not claimed the study yet
                     if row.get("status") != "running" or not runner_alive(row):
-                        if row.get("status") in ("done", "imported"):
+                        status = study_status(row)
+                        if status in ("done", "imported"):
                             return 0
-                        print(f"knee: no runner is working on {study!r} (status {row.get('status')}); resume it with knee sweep --resume --study {study}", file=sys.stderr)
-                        return 1
+                        why = runner_gone(row) or f"status {status}"
+                        print(f"knee: no runner is working on {study!r} ({status}: {why}); resume with: {resume_command(study, args)}", file=sys.stderr)
+                        return 130 if status == "interrupted" else 1
                 time.sleep(0.1)
     except KeyboardInterrupt:
         print(f"\nknee: detached; the sweep goes on (knee attach --study {study})", file=sys.stderr)

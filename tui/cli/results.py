@@ -37,6 +37,7 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
     """Everything `knee results` shows, as a dict (the TUI's results screen can use it too)."""
     from core.results.analysis import best, knee, pareto, resolve_metric
     from core.results.io import study_meta
+    from core.results.store import runner_alive, runner_gone, study_status
     from core.spec.slo import parse_constraints
 
     row = store.study(study)
@@ -75,7 +76,9 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
         "max_load_meeting_slo": sla,
         "study": study,
         "model": row["model"],
-        "status": row["status"],
+        "status": study_status(row),  # "interrupted" for a runner that died without a word
+        "runner": {"pid": row.get("runner_pid"), "host": row.get("runner_host"), "heartbeat_at": row.get("heartbeat_at"),
+                   "alive": runner_alive(row), "reason": runner_gone(row)},
         "source": row["source"],
         "simulated": any(p.simulated for p in points),
         "constraints": str(slo),
@@ -112,9 +115,15 @@ def _predictions(spec, points) -> dict[str, dict[str, float]]:
     return out
 
 
+def resume_command(study: str, args) -> str:
+    """The command that resumes ``study`` in the store these arguments name."""
+    where = (f" --workspace {args.workspace}" if getattr(args, "workspace", None) else "") + (f" --storage {args.storage}" if getattr(args, "storage", None) else "")
+    return f"knee sweep --resume --study {study}{where}"
+
+
 def run(args) -> int:
     from core.results.io import export
-    from core.results.store import StudyStore, default_storage
+    from core.results.store import StudyStore, default_storage, study_status
 
     store = StudyStore(args.storage or default_storage(args.workspace), create=False)
     if args.list:
@@ -122,10 +131,10 @@ def run(args) -> int:
         if args.json:
             from tui.cli.common import print_json
 
-            print_json([{k: s[k] for k in ("name", "model", "status", "source", "created_at")} | {"points": len(store.points(s["name"]))} for s in studies])
+            print_json([{k: s[k] for k in ("name", "model", "source", "created_at")} | {"status": study_status(s), "points": len(store.points(s["name"]))} for s in studies])
         else:
             for s in studies:
-                print(f"{s['name']:40} {s['model']:30} {s['status']:12} {len(store.points(s['name'])):4} points  ({s['source']})")
+                print(f"{s['name']:40} {s['model']:30} {study_status(s):12} {len(store.points(s['name'])):4} points  ({s['source']})")
         return 0
     study = args.study or store.latest_study()
     if not study:
@@ -138,6 +147,7 @@ def run(args) -> int:
         print(f"knee: wrote {args.export} ({fmt})", file=sys.stderr)
         return 0
     a = analyze(store, study, args.pareto, args.objective, args.constraints)
+    a["resume"] = resume_command(study, args) if a["status"] == "interrupted" else None
     if args.json:
         from tui.cli.common import print_json
 
@@ -146,6 +156,7 @@ def run(args) -> int:
 
         print_json({
             "study": a["study"], "model": a["model"], "status": a["status"], "simulated": a["simulated"],
+            "runner": a["runner"], "resume": a["resume"],
             "constraints": a["constraints"], "objective": a["objective"],
             "max_load_meeting_slo": a["max_load_meeting_slo"],
             "predicted": a["predicted"],
@@ -168,6 +179,9 @@ def _suffix(path: str) -> str:
 def _print_text(a: dict[str, Any]) -> None:
     sim = " [SIMULATED]" if a["simulated"] else ""
     print(f"study {a['study']}: {a['model']} ({a['status']}, {a['source']}){sim}")
+    if a.get("resume"):
+        why = a["runner"]["reason"]
+        print(f"{why + '; ' if why else ''}resume with: {a['resume']}")
     print(f"constraints: {a['constraints'] or '(none)'}   objective: {a['objective']}")
     points = a["points"]
     sargs = sorted({k for p in points for k in p.server_args})

@@ -77,7 +77,7 @@ class LiveView:
 @dataclass(frozen=True)
 class SweepSnapshot:
     study: str
-    status: str  # created, running, done, interrupted
+    status: str  # created, running, done, interrupted (also a runner that died without a word)
     runner_alive: bool
     model: str = ""
     engine: str = ""
@@ -89,6 +89,7 @@ class SweepSnapshot:
     last_seq: int = 0
     paused: bool = False  # the runner said "paused" and has not said "continued" since
     requested: str = "run"  # what the store asks the runner to do: run, pause or stop
+    note: str = ""  # why a study the store calls running is interrupted ("runner pid 7 on h is gone")
     log_paths: dict[int, str] = field(default_factory=dict, compare=False)
     events_per_trial: dict[int, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
@@ -176,6 +177,7 @@ class SweepFollower:
 
     def poll(self) -> SweepSnapshot | None:
         """A new snapshot when something changed since the last call, else None."""
+        from core.results.store import runner_gone, study_status
         from core.sweep import runner_alive
 
         # The study row (status, runner liveness) is read twice a second, not every tick:
@@ -191,7 +193,9 @@ class SweepFollower:
             self._read_row(now)
         study = self._study_row
         alive = runner_alive(study) if study else False
-        status = study.get("status", "unknown")
+        # A runner killed with SIGKILL leaves "running" in the store: shown as interrupted.
+        status = study_status(study) if study else "unknown"
+        note = (runner_gone(study) or "") if study.get("status") == "running" and not alive else ""
         for e in events:
             self._seq = e.seq
             self._apply(e.kind, e.data)
@@ -233,6 +237,7 @@ class SweepFollower:
             events_per_trial={k: tuple(v) for k, v in self._events.items()},
             paused=self._paused and alive,
             requested=self._requested,
+            note=note,
         )
         return self._snapshot
 
