@@ -184,3 +184,27 @@ def test_the_heartbeat_stays_fresh_while_a_server_starts(tmp_path, monkeypatch):
 
     Runner(store, name, on_event=on_event, workspace=tmp_path).run()
     assert beats, "no heartbeat while the server was starting"
+
+
+async def test_the_sweep_screen_says_the_runner_is_gone_and_r_resumes(tmp_path, monkeypatch):
+    """The TUI follows a study whose runner died without a word (the row says running)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from core.spec.plan import demo_plan
+    from tui.app import make_app
+    from tui.screens.sweep import SweepScreen
+    from support.pilot import wait_until
+
+    db = tmp_path / "knee.db"
+    store = StudyStore(db)
+    spec = build_spec("Qwen/Qwen3-4B", engine="sim", client_args="max_concurrency=[4];num_prompts=20", instance="ml.g6.12xlarge")
+    name = create_study(store, spec, "dead")
+    store.set_study(name, status="running", runner_pid=_dead_pid(), runner_host=socket.gethostname(), heartbeat_at=time.time())
+    app = make_app(demo_plan(), storage=str(db), study=name)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.sweep is not None, what="the study followed")
+        assert app.sweep.status == "interrupted" and app.sweep.state == "interrupted" and "is gone" in app.sweep.note
+        await pilot.press("f3")
+        await wait_until(pilot, lambda: isinstance(app.screen, SweepScreen), what="the sweep screen")
+        await pilot.pause()
+        status = str(app.screen.mode_bar.query_one("#status").render())
+        assert "dead · interrupted · runner gone, r resumes" in status

@@ -93,7 +93,8 @@ class SweepScreen(KneeScreen):
             self.refresh_bindings()  # Pause or Continue in the footer
         if snap is None:
             return
-        self.mode_bar.set_status(f"{snap.study} · {state}")
+        # A runner killed without a word: say so (the note names its pid), and how to go on.
+        self.mode_bar.set_status(f"{snap.study} · {state}" + (" · runner gone, r resumes" if snap.note else ""))
         with self.app.batch_update():
             self.table.sync(snap.rows)
         if self.follow_newest and self.table.row_count:
