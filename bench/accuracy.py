@@ -1,14 +1,17 @@
 """How close knee's estimate comes to published serving measurements, beside llm-optimizer's.
 
-    python -m bench.accuracy PATH [--json] [--quiet]
+    python -m bench.accuracy [PATH] [--json] [--quiet]
 
-PATH is a JSONL file in the schema of ``shared/calibration/measurements.jsonl`` (its README
-describes the fields). Each row is predicted by knee's :class:`core.estimate.Predictor` and
+PATH (default ``shared/calibration/measurements.jsonl``) is a JSONL file in that file's
+schema (its README describes the fields). Each row is predicted by knee's :class:`core.estimate.Predictor` and
 by llm-optimizer's formulas (:mod:`bench.llm_optimizer_formulas`); the report prints
 predicted against measured per row, then the median absolute percentage error (APE) per
 metric — TTFT, ITL (TPOT), E2E, req/s, output tok/s — overall, by GPU and by engine, and
-llm-optimizer's on the rows it can predict, with knee's on those same rows. The last line is
-a one-line summary.
+llm-optimizer's on the rows it can predict, with knee's on those same rows. Rows that cannot
+be predicted (an unknown mode, a load mode without its load, no bundled model config) are
+listed with the reason and the rest go on. The last line is a one-line summary. With
+``--json`` stdout holds one JSON document and nothing else: rows, skipped rows with their
+reasons, and the summary (its one-line form as ``summary.line``).
 
 How a row becomes a prediction (the same for every row; nothing is fitted per row): the
 workload rules are :mod:`bench.rows`, shared with ``bench/sim_accuracy.py`` (model through
@@ -148,13 +151,29 @@ def summarize(results, skipped, total) -> dict:
         "llm_optimizer": R.median_apes(results, "ape_lo"),
         "by_gpu": {},
         "by_engine": {},
+        "skipped_reasons": [f"{x['id']}: {x['reason']}" for x in skipped],
     }
     for group, field in (("by_gpu", "gpu"), ("by_engine", "engine_name")):
         keys = sorted({r[field] for r in results})
         for k in keys:
             sub = [r for r in results if r[field] == k]
             s[group][k] = {"rows": len(sub), "knee": R.median_apes(sub, "ape_knee"), "llm_optimizer": R.median_apes(sub, "ape_lo")}
+    s["line"] = summary_line(s)
     return s
+
+
+def summary_line(s: dict) -> str:
+    """The report's last line: knee's median APEs beside llm-optimizer's."""
+    k, lo_, kl = s["knee"], s["llm_optimizer"], s["knee_on_lo_rows"]
+    ratio = [lo_[m] / kl[m] for m in METRICS if lo_[m] and kl[m]]
+    return (
+        "SUMMARY knee median APE: "
+        + ", ".join(f"{LABELS[m]} {_pct(k[m])}" for m in METRICS)
+        + f" on {s['predicted']} rows ({s['skipped']} skipped) | llm-optimizer: "
+        + ", ".join(f"{LABELS[m]} {_pct(lo_[m])}" for m in METRICS)
+        + f" on {s['llm_optimizer_covered']} rows"
+        + (f" | knee is {min(ratio):.1f}-{max(ratio):.1f}x lower on the same rows" if ratio else "")
+    )
 
 
 def _fmt(v, metric=None) -> str:
@@ -189,8 +208,12 @@ def print_report(rep: dict, quiet: bool = False) -> None:
             why = f"  [llm-optimizer: {r['llm_optimizer_error']}]" if r["llm_optimizer_error"] else ""
             why += f"  [knee: {r['knee_error']}]" if r["knee_error"] else ""
             print(f"  {r['id']:11} {r['gpu']:9} {r['engine']:18} {r['mode'][:14]:14} " + "; ".join(parts) + why)
-        if rep["skipped"]:
-            print(f"Skipped {len(rep['skipped'])} rows (no bundled model config): " + ", ".join(x["id"] for x in rep["skipped"]))
+    if rep["skipped"]:
+        # Also with --quiet: a row left out changes what the medians cover.
+        print(f"Not predicted ({len(rep['skipped'])} rows):")
+        for x in rep["skipped"]:
+            print(f"  {x['id']}: {x['reason']}")
+    if not quiet:
         print()
 
     def line(name, med):
@@ -206,38 +229,30 @@ def print_report(rep: dict, quiet: bool = False) -> None:
             cells = "".join(f"{_pct(v['knee'][m]):>6}/{_pct(v['llm_optimizer'][m]):<6}" for m in METRICS)
             print(f"  {k:14} {v['rows']:>3} rows  {cells}")
     print(
-        f"Coverage: {s['rows']} rows, {s['predicted']} predicted by knee, {s['skipped']} skipped (no bundled config); "
+        f"Coverage: {s['rows']} rows, {s['predicted']} predicted by knee, {s['skipped']} not predicted (reasons above); "
         f"llm-optimizer predicts {s['llm_optimizer_covered']} (no L4/A10G, no FP8 on A100, L40S read as L40, "
         "rows its memory check rejects)"
     )
-    k, l, kl = s["knee"], s["llm_optimizer"], s["knee_on_lo_rows"]
-    ratio = [l[m] / kl[m] for m in METRICS if l[m] and kl[m]]
-    print(
-        "SUMMARY knee median APE: "
-        + ", ".join(f"{LABELS[m]} {_pct(k[m])}" for m in METRICS)
-        + f" on {s['predicted']} rows ({s['skipped']} skipped) | llm-optimizer: "
-        + ", ".join(f"{LABELS[m]} {_pct(l[m])}" for m in METRICS)
-        + f" on {s['llm_optimizer_covered']} rows | knee is {min(ratio):.1f}-{max(ratio):.1f}x lower on the same rows"
-        if ratio
-        else ""
-    )
+    print(s["line"])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("path")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("path", nargs="?", default=str(R.DEFAULT))
+    ap.add_argument("--json", action="store_true", help="one JSON document on stdout (the summary inside), nothing else")
     ap.add_argument("--quiet", action="store_true", help="summaries only")
     a = ap.parse_args(argv)
     if not Path(a.path).exists():
         print(f"bench.accuracy: {a.path} does not exist", file=sys.stderr)
         return 2
-    rep = run(a.path)
+    try:
+        rep = run(a.path)
+    except json.JSONDecodeError as e:
+        print(f"bench.accuracy: {a.path} is not JSONL: {e}", file=sys.stderr)
+        return 2
     if a.json:
-        json.dump(rep, sys.stdout, indent=1, default=str)
+        json.dump(R.clean(rep), sys.stdout, indent=1, default=str, allow_nan=False)
         print()
-        s = rep["summary"]
-        print("SUMMARY " + json.dumps({"knee": s["knee"], "llm_optimizer": s["llm_optimizer"]}, default=str))
     else:
         print_report(rep, a.quiet)
     return 0

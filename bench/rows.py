@@ -5,6 +5,9 @@ simulator) turn a row of ``shared/calibration/measurements.jsonl`` into the same
 workload and load point through this module, so the two can only differ in the predictor.
 Every rule applies to every row the same way; nothing is keyed on a row id:
 
+- rows that cannot be predicted are skipped with the reason, and the bench goes on: a mode
+  it does not know, or a load mode without its load (``online-concurrency`` with a null
+  concurrency, ``online-rate`` with a null request rate) (:func:`unpredictable`).
 - model: ``architecture_of`` when present, else ``model``; rows whose architecture has no
   bundled config are skipped (:func:`resolve`). Precision from the row, KV dtype from the
   row (null -> ``auto``).
@@ -58,6 +61,18 @@ def load(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def clean(o):
+    """``o`` with NaN and infinities as None, so ``json.dumps(..., allow_nan=False)`` writes
+    standard JSON (a figure a predictor could not give is null, not NaN)."""
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, dict):
+        return {k: clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [clean(v) for v in o]
+    return o
+
+
 def resolve(row: dict):
     """(reference, HF config dict, ModelArch) for the row; config and arch are None when the
     architecture has no bundled config (the row is then skipped, not guessed)."""
@@ -70,13 +85,43 @@ def resolve(row: dict):
     return ref, cfg, arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))
 
 
+# The load each mode is run at: the workload field it needs (None: none).
+MODES = {"online-concurrency": "concurrency", "online-rate": "request_rate", "offline-max-throughput": None, "single-request": None}
+
+
+def unpredictable(row: dict) -> str | None:
+    """Why the row's load cannot be reproduced (an unknown mode, or a mode without its
+    load: a null ``concurrency`` for ``online-concurrency``, a null ``request_rate`` for
+    ``online-rate``), or None when it can."""
+    w = row.get("workload") or {}
+    mode = w.get("mode")
+    if mode not in MODES:
+        return f"unknown mode {mode!r}"
+    field = MODES[mode]
+    if field is None:
+        return None
+    v = w.get(field)
+    if v is None:
+        return f"{mode} row without a {field} (null)"
+    try:
+        ok = math.isfinite(float(v)) and float(v) > 0
+    except (TypeError, ValueError):
+        ok = False
+    return None if ok else f"{mode} row whose {field} {v!r} is not a positive number"
+
+
 def with_config(rows: list[dict], skipped: list[dict]):
-    """Each row whose architecture has a bundled config, as (row, HF config, ModelArch);
-    the others are appended to ``skipped`` with the reason, in order, as they are met."""
+    """Each row that can be predicted, as (row, HF config, ModelArch): its load is complete
+    (:func:`unpredictable`) and its architecture has a bundled config. The others are
+    appended to ``skipped`` as {"id", "reason"}, in order, as they are met."""
     for row in rows:
+        why = unpredictable(row)
+        if why is not None:
+            skipped.append({"id": row.get("id"), "reason": why})
+            continue
         ref, cfg, arch = resolve(row)
         if cfg is None:
-            skipped.append({"id": row["id"], "reason": f"no bundled config for {ref}"})
+            skipped.append({"id": row.get("id"), "reason": f"no bundled config for {ref}"})
             continue
         yield row, cfg, arch
 

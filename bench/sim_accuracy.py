@@ -4,7 +4,9 @@
 
 PATH defaults to ``shared/calibration/measurements.jsonl``. Only the rows that describe
 online serving (``online-concurrency``: closed loop; ``online-rate``: open loop) are used:
-they are what a scheduler simulation is for. Each is simulated by :func:`core.simulate.simulate`
+they are what a scheduler simulation is for. A row that cannot be simulated (a null
+concurrency or request rate, no bundled model config) is listed as skipped with the reason,
+and the rest go on. With ``--json`` stdout holds one JSON document and nothing else. Each is simulated by :func:`core.simulate.simulate`
 and compared with what was measured; the report prints simulated against measured per row
 and the median absolute percentage error (APE) per metric. Acceptance (issue 5): median APE
 <= 20% on req/s and output tok/s, <= 30% on TTFT.
@@ -99,7 +101,7 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
     from core.errors import KneeError
 
     rows = R.load(path)
-    online = [r for r in rows if r["workload"].get("mode") in ("online-concurrency", "online-rate")]
+    online = [r for r in rows if (r.get("workload") or {}).get("mode") in ("online-concurrency", "online-rate")]
     results, skipped = [], []
     for row, _, _ in R.with_config(online, skipped):
         if exclude_overloaded and "OVERLOADED" in row.get("notes", ""):
@@ -151,16 +153,23 @@ def _fmt(v, m):
     return f"{v:.1f}" if v < 1000 else f"{v:.0f}"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.sim_accuracy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("path", nargs="?", default=str(DEFAULT))
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="one JSON document on stdout, nothing else")
     ap.add_argument("--exclude-overloaded", action="store_true", help="skip rows the source marks overloaded")
-    args = ap.parse_args()
-    out = run(Path(args.path), args.exclude_overloaded)
+    args = ap.parse_args(argv)
+    if not Path(args.path).exists():
+        print(f"bench.sim_accuracy: {args.path} does not exist", file=sys.stderr)
+        return 2
+    try:
+        out = run(Path(args.path), args.exclude_overloaded)
+    except json.JSONDecodeError as e:
+        print(f"bench.sim_accuracy: {args.path} is not JSONL: {e}", file=sys.stderr)
+        return 2
     if args.json:
-        print(json.dumps(out, indent=2))
-        return
+        print(json.dumps(R.clean(out), indent=2, allow_nan=False))
+        return 0
     print("simulated (sim) vs measured (meas) on online-serving rows; APE = |sim - meas| / meas")
     for r in out["rows"]:
         head = f"{r['id']:<11} {r['gpu']:<9} TP{r['tp']} {r['engine']:<13} {r['mode']:<18}"
@@ -189,7 +198,8 @@ def main() -> None:
     for m in METRICS:
         v = hard[m]
         print(f"median APE {LABELS[m]:<10} {'-' if v is None else f'{v * 100:5.1f}%'}  over {hard[m + '_n']} rows")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

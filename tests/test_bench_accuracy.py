@@ -1,0 +1,116 @@
+"""The accuracy benches (``bench/accuracy.py``, ``bench/sim_accuracy.py``) on a few rows in
+the schema of ``shared/calibration/measurements.jsonl``: a row they cannot predict (an
+``online-concurrency`` row whose concurrency is null, an ``online-rate`` row without a rate,
+an unknown mode) is skipped with its reason and the rest still run; ``--json`` writes exactly
+one JSON document on stdout, the summary inside it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# llmperf-05 of shared/calibration/measurements.jsonl (Llama-3-8B on an A10G, closed loop).
+GOOD = {
+    "id": "good-1", "source": "llmperf test row", "model": "meta-llama/Meta-Llama-3-8B-Instruct", "gpu": "A10G",
+    "num_gpus": 1, "tp": 1, "replicas": 1, "engine": "vllm", "engine_version": "0.4.3", "precision": "bf16",
+    "kv_dtype": "auto",
+    "workload": {"input_len": 550, "output_len": 177.1, "dataset": "other", "concurrency": 16, "request_rate": None,
+                 "batch_size": None, "mode": "online-concurrency"},
+    "metrics": {"ttft_ms": 302.75, "itl_ms": None, "e2e_s": None, "req_per_s": 1.6368, "output_tok_per_s": 289.87},
+    "stat": "mean", "notes": "llmperf closed-loop fixed concurrency",
+}
+
+
+def _row(id_, **workload):
+    return {**GOOD, "id": id_, "workload": {**GOOD["workload"], **workload}}
+
+
+ROWS = [
+    _row("no-conc", concurrency=None),
+    GOOD,
+    _row("no-rate", mode="online-rate", concurrency=None, request_rate=None),
+    _row("bad-mode", mode="warp-speed"),
+    {**GOOD, "id": "no-config", "model": "acme/unknown-model-7b"},
+]
+REASONS = {
+    "no-conc": "online-concurrency row without a concurrency",
+    "no-rate": "online-rate row without a request_rate",
+    "bad-mode": "unknown mode 'warp-speed'",
+    "no-config": "no bundled config for acme/unknown-model-7b",
+}
+
+
+@pytest.fixture
+def rows_path(tmp_path):
+    p = tmp_path / "rows.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return p
+
+
+def test_rows_names_what_a_row_lacks():
+    from bench.rows import unpredictable
+
+    assert unpredictable(GOOD) is None
+    assert unpredictable(_row("x", concurrency=None)) == "online-concurrency row without a concurrency (null)"
+    assert "not a positive number" in unpredictable(_row("x", concurrency="many"))
+    assert "not a positive number" in unpredictable(_row("x", concurrency=0))
+    assert unpredictable(_row("x", mode="offline-max-throughput", concurrency=None)) is None
+    assert unpredictable({**GOOD, "workload": None}) == "unknown mode None"
+
+
+def test_accuracy_skips_rows_it_cannot_predict_and_goes_on(rows_path, capsys):
+    from bench import accuracy
+
+    assert accuracy.main([str(rows_path), "--json"]) == 0
+    out = capsys.readouterr().out
+    rep = json.loads(out)  # the whole of stdout is one document
+    skipped = {s["id"]: s["reason"] for s in rep["skipped"]}
+    assert set(skipped) == set(REASONS)
+    for id_, why in REASONS.items():
+        assert why in skipped[id_]
+    assert [r["id"] for r in rep["rows"]] == ["good-1"] and rep["rows"][0]["knee"]["req_per_s"] > 0
+    s = rep["summary"]
+    assert s["rows"] == 5 and s["predicted"] == 1 and s["skipped"] == 4
+    assert "SUMMARY" in s["line"] and "on 1 rows (4 skipped)" in s["line"]
+
+    assert accuracy.main([str(rows_path)]) == 0
+    text = capsys.readouterr().out
+    for id_, why in REASONS.items():
+        assert f"{id_}: {why}" in text
+    assert text.rstrip().splitlines()[-1].startswith("SUMMARY")
+    assert accuracy.main([str(rows_path), "--quiet"]) == 0
+    assert "no-conc: online-concurrency row without a concurrency" in capsys.readouterr().out
+
+
+def test_sim_accuracy_skips_rows_it_cannot_simulate_and_goes_on(rows_path, capsys):
+    from bench import sim_accuracy
+
+    assert sim_accuracy.main([str(rows_path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    skipped = {s["id"]: s["reason"] for s in rep["skipped"]}
+    # bad-mode is not an online row: the simulator's bench leaves it out before anything else.
+    for id_ in ("no-conc", "no-rate", "no-config"):
+        assert REASONS[id_] in skipped[id_]
+    assert [r["id"] for r in rep["rows"]] == ["good-1"] and rep["simulated"] == 1
+    assert rep["rows"][0]["simulated"]["req_per_s"] > 0
+    assert rep["median_ape"]["req_per_s_n"] == 1
+
+    assert sim_accuracy.main([str(rows_path)]) == 0
+    text = capsys.readouterr().out
+    assert "no-conc     skipped: online-concurrency row without a concurrency (null)" in text
+    assert "1 simulated, 3 skipped" in text
+
+
+@pytest.mark.parametrize("module", ["bench.accuracy", "bench.sim_accuracy"])
+def test_json_stdout_is_one_document_and_a_missing_file_is_one_line(module, rows_path, tmp_path):
+    p = subprocess.run([sys.executable, "-m", module, str(rows_path), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # fails on anything printed before or after the document
+    assert {s["id"] for s in doc["skipped"]} >= {"no-conc", "no-rate"}
+    p = subprocess.run([sys.executable, "-m", module, str(tmp_path / "none.jsonl"), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "does not exist" in p.stderr and "Traceback" not in p.stderr
