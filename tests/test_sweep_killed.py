@@ -133,6 +133,17 @@ def test_liveness_from_pid_host_and_heartbeat():
     # Same host, pid alive but started after the runner's last heartbeat: the pid was reused.
     if Path(f"/proc/{os.getpid()}/stat").exists():
         assert not runner_alive({**base, "heartbeat_at": now - 10 * 86400})
+    # Same host, killed but not reaped yet (a zombie child of the app that started it).
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        child.kill()
+        if Path(f"/proc/{child.pid}/stat").exists():
+            wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", what="a zombie")
+            assert not runner_alive({**base, "runner_pid": child.pid})
+    finally:
+        child.wait()
     # Another host: the heartbeat decides.
     far = {**base, "runner_host": "another-box", "runner_pid": gone}
     assert runner_alive({**far, "heartbeat_at": now - 5})

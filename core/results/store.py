@@ -145,17 +145,22 @@ RUNNER_STALE_S = 60.0
 _REUSE_SLACK_S = 5.0  # a pid whose process started this long after the last beat was reused
 
 
-def _pid_started_at(pid: int) -> float | None:
-    """When process ``pid`` started (epoch seconds, ~1 s resolution), where /proc tells."""
+def _proc_stat(pid: int) -> tuple[str, float | None] | None:
+    """(state letter, start time in epoch seconds at ~1 s resolution) of process ``pid``,
+    where /proc tells; None elsewhere or when it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+            fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)", which may hold spaces
+    except (OSError, IndexError):
+        return None
+    try:
+        ticks = int(fields[19])  # field 22, starttime
         with open("/proc/stat") as f:
             btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
+        started = btime + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
-        return None
+        started = None
+    return (fields[0] if fields else "?"), started
 
 
 def runner_gone(row: dict[str, Any], now: float | None = None) -> str | None:
@@ -176,9 +181,15 @@ def runner_gone(row: dict[str, Any], now: float | None = None) -> str | None:
             return f"{who} is gone"
         except PermissionError:
             pass  # someone else's process: exists
-        started = _pid_started_at(pid)
-        if started is not None and beat and started > beat + _REUSE_SLACK_S:
-            return f"{who} is gone (the pid now belongs to another process)"
+        st = _proc_stat(pid)
+        if st is not None:
+            state, started = st
+            # Killed but not yet reaped (its parent, e.g. the app that started it, has not
+            # waited for it): a zombie answers kill(pid, 0) but runs nothing.
+            if state in ("Z", "X", "x"):
+                return f"{who} is gone"
+            if started is not None and beat and started > beat + _REUSE_SLACK_S:
+                return f"{who} is gone (the pid now belongs to another process)"
         return None
     age = (now if now is not None else time.time()) - (beat or 0)
     if age >= RUNNER_STALE_S:
