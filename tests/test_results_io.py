@@ -187,3 +187,17 @@ def test_sqlalchemy_url_storage(tmp_path):
     store = StudyStore(f"sqlite:///{tmp_path}/url.db")
     store.create_study("u", None, "m")
     assert store.studies()[0]["name"] == "u"
+
+
+def test_postgres_storage_without_its_driver_names_the_extra(monkeypatch, capsys):
+    """--storage postgresql://... without psycopg installed: one line naming the extra that
+    installs it, exit 2, and the URL's password is not echoed. (psycopg is made unimportable
+    here, so the test holds whether or not the postgres extra is installed.)"""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    assert knee(["results", "--storage", "postgresql://knee:s3cret@127.0.0.1:1/studies"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "no module named 'psycopg'" in err and 'pip install -e ".[postgres]"' in err
+    assert "s3cret" not in err and "knee:***@127.0.0.1" in err

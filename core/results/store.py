@@ -221,6 +221,14 @@ def _is_url(s: str) -> bool:
     return "://" in s
 
 
+def _redacted(url: str) -> str:
+    """The URL as messages may show it: a password in it never reaches a terminal or a log."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 — not parseable as a URL: show only its scheme
+        return url.split("://", 1)[0] + "://***"
+
+
 def _check_sqlite_file(path: Path) -> None:
     """Refuse a file that is not a healthy SQLite database, before anything writes to it."""
     if not path.exists() or path.stat().st_size == 0:
@@ -282,9 +290,14 @@ class StudyStore:
         else:
             try:
                 self.engine = sa.create_engine(url, pool_pre_ping=True)
-            except Exception as e:  # bad URL or missing driver
-                raise BadInput(f"cannot use storage {url!r}: {e}") from None
+            except ModuleNotFoundError as e:  # the URL's driver is not installed
+                fix = ('install the PostgreSQL driver: pip install -e ".[postgres]"' if url.startswith("postgresql")
+                       else f"install the Python package {e.name!r}")
+                raise BadInput(f"cannot use storage {_redacted(url)!r}: no module named {e.name!r}", fix) from None
+            except Exception as e:  # bad URL
+                raise BadInput(f"cannot use storage {_redacted(url)!r}: {e}") from None
         self.url = url
+        self.shown_url = _redacted(url)
         # Two processes may create the same new store at once (a runner and a viewer): the
         # loser of that race sees "already exists" or a lock, and simply tries again.
         for attempt in range(20):
@@ -295,16 +308,16 @@ class StudyStore:
                     if row is None:
                         c.execute(meta_t.insert().values(key="schema", value=str(SCHEMA_VERSION)))
                     elif int(row[0]) > SCHEMA_VERSION:
-                        raise BadInput(f"study store {self.url} was written by a newer knee (schema {row[0]})")
+                        raise BadInput(f"study store {self.shown_url} was written by a newer knee (schema {row[0]})")
                 break
             except (sa.exc.OperationalError, sa.exc.IntegrityError) as e:
                 msg = str(e.orig).lower()
                 if attempt < 19 and ("already exists" in msg or "locked" in msg or "unique" in msg):
                     time.sleep(0.05 * (attempt + 1))
                     continue
-                raise BadInput(f"study store {self.url} cannot be used: {e.orig}", "it was left untouched") from None
+                raise BadInput(f"study store {self.shown_url} cannot be used: {e.orig}", "it was left untouched") from None
             except sa.exc.DatabaseError as e:
-                raise BadInput(f"study store {self.url} cannot be used: {e.orig}", "it was left untouched") from None
+                raise BadInput(f"study store {self.shown_url} cannot be used: {e.orig}", "it was left untouched") from None
 
     # ---- studies --------------------------------------------------------------------------
     def create_study(self, name: str, spec: SweepSpec | None, model: str, source: str = "knee", info: dict | None = None) -> None:
@@ -346,7 +359,7 @@ class StudyStore:
     def spec(self, name: str) -> SweepSpec:
         s = self.study(name)
         if s is None:
-            raise BadInput(f"no study named {name!r} in {self.url}", "see knee results --list")
+            raise BadInput(f"no study named {name!r} in {self.shown_url}", "see knee results --list")
         if not s["spec"]:
             raise BadInput(f"study {name!r} was imported and cannot be run")
         return SweepSpec.model_validate_json(s["spec"])
@@ -375,7 +388,7 @@ class StudyStore:
             try:
                 with self.engine.begin() as c:
                     if not c.execute(sa.select(studies_t.c.name).where(studies_t.c.name == study)).first():
-                        raise BadInput(f"no study named {study!r} in {self.url}", "see knee results --list")
+                        raise BadInput(f"no study named {study!r} in {self.shown_url}", "see knee results --list")
                     if not c.execute(control_t.update().where(control_t.c.study == study).values(**values)).rowcount:
                         c.execute(control_t.insert().values(study=study, **values))
                 return
