@@ -175,6 +175,60 @@ async def test_deploy_preview_and_cancelling_the_confirmation(demo_storage):
         assert "malformed execution role ARN" in str(deploy.plan_text.render())
 
 
+async def test_a_plan_built_for_older_fields_never_replaces_the_current_one(demo_storage, monkeypatch):
+    """A deploy plan build that was superseded (its thread worker cancelled but still
+    running) must not overwrite the plan of the fields as they are now. The stale build is
+    held until the current one has been shown, then let go."""
+    import threading
+
+    import core.deploy
+
+    real = core.deploy.build_plan
+    held, release = threading.Event(), threading.Event()
+
+    def build_plan(source, target):
+        if target.role_arn is None and target.target_rps == 2.0:  # the build that goes stale
+            held.set()
+            release.wait(30)
+        return real(source, target)
+
+    monkeypatch.setattr(core.deploy, "build_plan", build_plan)
+    planned: list = []
+    app = make_app(demo_sweep_plan(), storage=demo_storage, study=DEMO_STUDY)
+    hook = lambda m: planned.append(m) if type(m).__name__ == "DeployPlanned" else None  # noqa: E731
+    async with app.run_test(size=(120, 36), message_hook=hook) as pilot:
+        await pilot.press("f4")
+        await wait_until(pilot, lambda: app.screen.view is not None)
+        await pilot.press("d")
+        await wait_until(pilot, lambda: getattr(app.screen, "plan", None) is not None)
+        await settle(pilot)
+        deploy = app.screen
+        await set_field(pilot, "target_rps", "2")
+        await wait_until(pilot, held.is_set, what="the first build to start")
+        await set_field(pilot, "role_arn", "not-an-arn")
+        await settle(pilot)
+        assert "malformed execution role ARN" in str(deploy.plan_text.render())
+        release.set()
+        await wait_until(pilot, lambda: any(m.plan is not None and m.plan.role_arn is None for m in planned),
+                         what="the stale plan to arrive")
+        await pilot.pause()
+        assert "malformed execution role ARN" in str(deploy.plan_text.render())
+        assert deploy.plan is None  # nothing to apply: the fields as they are make no plan
+
+
+def test_a_late_result_of_a_superseded_worker_never_drops_the_current_one():
+    """A cancelled thread worker runs to its end, so its result can land behind the one
+    that replaced it; coalescing must not let the late one drop the current one."""
+    from tui.messages import DeployPlanned, EstimateReady, ModelResolved
+
+    current, late = DeployPlanned("plan B", generation=2), DeployPlanned("plan A", generation=1)
+    assert not current.can_replace(late) and late.can_replace(current)
+    assert not ModelResolved("org/b", "b", None).can_replace(ModelResolved("org/a", "a", None))
+    assert ModelResolved("org/a", None, "x").can_replace(ModelResolved("org/a", "a", None))
+    plan_b = demo_plan().model_copy(update={"model": "Qwen/Qwen3-8B"})
+    assert not EstimateReady(plan_b, None).can_replace(EstimateReady(demo_plan(), None))
+
+
 @pytest.mark.slow
 async def test_quitting_during_a_sweep_asks_and_can_leave_it_running(tmp_path):
     storage = str(tmp_path / "knee.db")
@@ -232,6 +286,16 @@ async def test_garbage_in_every_plan_field_is_reported_and_never_crashes():
         assert app.is_running and app.plan == demo_plan()
 
 
+def _palette_highlight(app) -> str:
+    from textual.command import CommandList
+
+    found = app.screen.query(CommandList)
+    if not found or found.first().highlighted is None:
+        return ""
+    lst = found.first()
+    return str(lst.get_option_at_index(lst.highlighted).prompt)
+
+
 async def test_the_palette_picks_an_instance_from_the_catalog():
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
@@ -239,7 +303,9 @@ async def test_the_palette_picks_an_instance_from_the_catalog():
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"instance ml.p4d.24xlarge")
-        await pilot.pause(0.5)
+        # The palette searches in a worker and shows its hits in batches: wait for the hit.
+        await wait_until(pilot, lambda: _palette_highlight(app).startswith("Instance: ml.p4d.24xlarge"),
+                         what="the palette to highlight the instance")
         await pilot.press("enter")
         await settle(pilot)
         assert app.plan.instance == "ml.p4d.24xlarge"

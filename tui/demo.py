@@ -43,15 +43,24 @@ def make_demo_study(storage: str | Path, name: str = DEMO_STUDY, plan: Plan | No
 async def settle(pilot, *, cursor_blink: bool = False) -> None:
     """Wait until the app's workers are done and the screen has redrawn; stop cursors
     blinking so screenshots are the same every time."""
+    import asyncio
+
     from textual.widgets import Input
 
     app = pilot.app
-    for _ in range(3):
+
+    def unfinished() -> list:
         # The sweep follower runs until the app ends; everything else finishes.
-        finite = [w for w in app.workers if w.group != "follow"]
-        if finite:
-            await app.workers.wait_for_complete(finite)
+        return [w for w in app.workers if w.group != "follow" and not w.is_finished]
+
+    for round_ in range(20):
+        # A worker may be cancelled (replaced by an exclusive one) while waited on: not an
+        # error here; the next round waits for its replacement, which a handler started.
+        if finite := unfinished():
+            await asyncio.gather(*(w.wait() for w in finite), return_exceptions=True)
         await pilot.pause()
+        if round_ >= 2 and not unfinished():
+            break
     for inp in app.screen.query(Input):
         inp.cursor_blink = cursor_blink
     await pilot.pause()

@@ -27,7 +27,8 @@ class ModelResolved(Message):
     error: str | None
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, ModelResolved)
+        # Only a result for the same reference: a late one for another must not drop this.
+        return isinstance(message, ModelResolved) and message.ref == self.ref
 
 
 @dataclass
@@ -38,7 +39,9 @@ class EstimateReady(Message):
     view: "EstimateView"
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, EstimateReady)
+        # Only the same plan's: a superseded worker's late estimate must not drop the
+        # current one (the screen ignores estimates of any other plan).
+        return isinstance(message, EstimateReady) and message.plan == self.plan
 
 
 @dataclass
@@ -89,10 +92,14 @@ class StudyLoaded(Message):
 
 @dataclass
 class DeployPlanned(Message):
-    """A deployment plan built (or refused with the reason) in a worker."""
+    """A deployment plan built (or refused with the reason) in a worker, for the target
+    fields as they were at ``generation``. A cancelled thread worker still runs to the end,
+    so an older build can arrive after a newer one: the screen drops it, and a pending
+    newer one is never replaced by it."""
 
     plan: Any
     error: str | None = None
+    generation: int = 0
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, DeployPlanned)
+        return isinstance(message, DeployPlanned) and message.generation >= self.generation

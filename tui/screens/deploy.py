@@ -45,6 +45,8 @@ class DeployScreen(KneeScreen):
         self.plan = None  # core.deploy.DeployPlan of the current target, when it builds
         self._cancel: threading.Event | None = None
         self._applied_name: str | None = None
+        # Bumped on every rebuild: a build for older field values is dropped when it lands.
+        self._generation = 0
 
     # ---- accessors ----------------------------------------------------------------------
     def field(self, field_id: str) -> FormField:
@@ -103,6 +105,8 @@ class DeployScreen(KneeScreen):
         sel = self.knee.selection
         if sel is None:
             return
+        self._generation += 1
+        self.plan = None  # until the current fields' plan is built
         values = self.target_values()
         errors: dict[str, str] = {}
         rps = None
@@ -118,12 +122,14 @@ class DeployScreen(KneeScreen):
         for f in ("instance", "target_rps", "role_arn", "region"):
             self.field(f).show(errors.get(f))
         if errors:
+            self.plan_text.update("✗ no plan until the fields marked ✗ are fixed")
+            self.plan_text.add_class("-error")
             return
         self.plan_text.update("building the plan…")
-        self.build(sel, values, rps)
+        self.build(sel, values, rps, self._generation)
 
     @work(thread=True, exclusive=True, group="deploy-plan", exit_on_error=False)
-    def build(self, sel: Selection, values: dict[str, str], rps: float | None) -> None:
+    def build(self, sel: Selection, values: dict[str, str], rps: float | None, generation: int = 0) -> None:
         from core.deploy import DeployTarget, build_plan
         from pydantic import ValidationError
 
@@ -133,18 +139,20 @@ class DeployScreen(KneeScreen):
                                   role_arn=values["role_arn"] or None)
             plan = build_plan(sel.deploy_source(), target)
         except KneeError as e:
-            self.post_message(DeployPlanned(None, str(e)))
+            self.post_message(DeployPlanned(None, str(e), generation))
             return
         except ValidationError as e:
             err = e.errors()[0]
-            self.post_message(DeployPlanned(None, f"{'.'.join(map(str, err['loc']))}: {err['msg']}"))
+            self.post_message(DeployPlanned(None, f"{'.'.join(map(str, err['loc']))}: {err['msg']}", generation))
             return
-        self.post_message(DeployPlanned(plan))
+        self.post_message(DeployPlanned(plan, generation=generation))
 
     @on(DeployPlanned)
     def _planned(self, message: DeployPlanned) -> None:
         from core.deploy import render_text
 
+        if message.generation != self._generation:
+            return  # built for fields that have changed since
         self.plan = message.plan
         if message.error:
             # Name the field the reason is about when it is clear; otherwise under the plan.
