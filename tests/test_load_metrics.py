@@ -144,3 +144,28 @@ def test_per_request_arrays_follow_save_detailed():
     assert d["ttfts"][0] == pytest.approx(0.1)
     assert d["itls"][0] == pytest.approx([0.01, 0.02])
     assert d["errors"] == ["", "HTTP 401"]
+
+
+def test_tokens_all_arriving_in_one_read_give_no_tpot_rather_than_zero():
+    # Seen on a real vLLM point in a loaded CI run (test_sweep_realvllm: mean_tpot_ms == 0.0):
+    # the client got no CPU for a whole generation, TCP merged the 32 unread SSE messages into
+    # one read, and every message carried that read's stamp: last == first, so vLLM's formula
+    # (e2el - ttft) / (osl - 1) read 0 ms — infinitely fast decoding, passing any TPOT SLO.
+    merged = rec(0, 0.0, 0.2, [0.0] * 31)  # 32 one-token messages, one stamp
+    one_msg = rec(1, 1.0, 0.2, [], toks=[32])  # or one message carrying all 32 tokens
+    streamed = rec(2, 2.0, 0.1, [0.005] * 31)  # decode seen: 5 ms a token
+    s = summarize([merged, one_msg, streamed], duration_s=3.0)
+    assert s["completed"] == 3 and s["total_output_tokens"] == 96
+    assert s["tpot_unobserved"] == 2
+    assert s["mean_tpot_ms"] == pytest.approx(5.0) and s["max_tpot_ms"] == pytest.approx(5.0)
+    # TTFT and E2EL of the merged requests are still what the client saw.
+    assert s["max_ttft_ms"] == pytest.approx(200.0) and s["mean_e2el_ms"] == pytest.approx((200 + 200 + 255) / 3)
+    # Only merged requests: no TPOT at all (NaN, which fails a TPOT SLO), never 0.
+    only = summarize([merged, one_msg], duration_s=2.0)
+    assert math.isnan(only["mean_tpot_ms"]) and only["tpot_unobserved"] == 2
+    # A multi-token chunk after a first chunk is a decode the client saw: it has a TPOT.
+    burst = rec(3, 0.0, 0.1, [0.031], toks=[1, 31])
+    assert summarize([burst], duration_s=1.0)["mean_tpot_ms"] == pytest.approx(1.0)
+    # One output token: no TPOT, and not "unobserved" either (vLLM: defined only for osl >= 2).
+    single = summarize([rec(4, 0.0, 0.1, [])], duration_s=1.0)
+    assert math.isnan(single["mean_tpot_ms"]) and single["tpot_unobserved"] == 0

@@ -16,7 +16,8 @@ Output keys (``vllm bench serve`` names where vLLM has one):
   ``total_input_tokens``, ``total_output_tokens``, ``request_throughput``,
   ``output_throughput``, ``total_token_throughput``, ``input_throughput``,
   ``request_goodput``, ``good_fraction``, ``max_output_tokens_per_s``,
-  ``max_concurrent_requests``, ``concurrency`` (Σ e2el / duration, Little's law).
+  ``max_concurrent_requests``, ``concurrency`` (Σ e2el / duration, Little's law),
+  ``tpot_unobserved`` (successful requests with osl ≥ 2 whose tokens all arrived at once).
 - per metric ``M`` in ``ttft, tpot, itl, e2el, chunk_itl, client_queue_time,
   e2el_including_client_queue``: ``mean_M_ms``, ``median_M_ms``, ``std_M_ms``,
   ``max_M_ms`` and ``pXX_M_ms`` for each requested percentile (``p99_ttft_ms``,
@@ -26,7 +27,13 @@ Definitions (per request, successful only):
 
 - ``ttft`` = first content chunk − send. ``e2el`` = last content chunk − send (t_last); a
   successful request with no content at all falls back to ``end_time``.
-- ``tpot`` = (e2el − ttft) / (osl − 1), only for osl ≥ 2 (vLLM's definition).
+- ``tpot`` = (e2el − ttft) / (osl − 1), only for osl ≥ 2 (vLLM's definition), and only
+  where the decode was observed: a request whose every content chunk carries the same arrival
+  stamp (all its tokens came in one read — the client, or the server's frontend, was held off
+  the CPU for the whole generation, and TCP merged the unread segments) has e2el == ttft, and
+  vLLM's formula would give it TPOT 0, i.e. infinitely fast decoding. It is left out of the
+  TPOT population instead and counted in ``tpot_unobserved`` (run key); its TTFT and E2EL
+  stay. Several tokens in one chunk *after* a first chunk still give a TPOT, as in vLLM.
 - ``itl`` is **per token**: each gap between consecutive content chunks is spread evenly
   over the tokens the later chunk carried (g/k, k times), pooled over requests. When a
   request's ``chunk_tokens`` do not add up to its ``output_tokens`` (no per-chunk usage),
@@ -43,7 +50,7 @@ a latency SLO (``Constraint.holds`` treats NaN as a violation).
 
 Goodput: a successful request is good when, for every latency constraint of ``slo`` on
 ``ttft``, ``tpot`` or ``e2el`` with an upper bound (``<``/``<=``), its own value is ≤ the bound
-(vLLM's ``--goodput``; tpot counts as 0 for osl ≤ 1). Constraints on other metrics (itl,
+(vLLM's ``--goodput``; tpot counts as 0 for osl ≤ 1 and where it was not observed). Constraints on other metrics (itl,
 throughputs) are aggregate goals and do not make single requests good or bad. Without an
 SLO (or without such constraints) every successful request is good, so ``request_goodput``
 equals ``request_throughput``. ``good_fraction`` = good / (completed + failed) (AIPerf's).
@@ -169,7 +176,14 @@ def summarize(
 
     ttft = first_t - send  # NaN for content-less requests
     e2el = last_t - send
-    tpot_mask = (osl >= 2) & has
+    # A request whose content all arrived at one instant (one socket read: the client, or the
+    # server's frontend, was held off for the whole decode) carries no decode time at all:
+    # last == first would read TPOT 0 — infinitely fast — which no server did. Such a request
+    # is left out of TPOT (counted in ``tpot_unobserved``) rather than pulling the mean to 0.
+    multi = (osl >= 2) & has
+    observed = np.zeros(n_ok, dtype=bool)
+    observed[multi] = last_t[multi] > first_t[multi]
+    tpot_mask = observed
     tpot = (last_t[tpot_mask] - first_t[tpot_mask]) / (osl[tpot_mask] - 1)
 
     # Gaps between consecutive chunks of the same request (drop each request's first chunk).
@@ -237,6 +251,7 @@ def summarize(
         out["max_output_tokens_per_s"] = 0.0
         out["max_concurrent_requests"] = 0.0
     out["concurrency"] = float(e2el.sum()) * inv if n_ok else 0.0
+    out["tpot_unobserved"] = float(int(multi.sum()) - int(observed.sum()))
 
     _stats(out, "ttft", ttft[has], pcts)
     _stats(out, "tpot", tpot, pcts)

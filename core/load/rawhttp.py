@@ -68,6 +68,26 @@ _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") e
 _READ_SIZE = 256 * 1024  # as asyncio's socket transport reads
 
 
+def _clocks_together() -> tuple[float, int]:
+    """(perf_counter, time_ns) read at one moment, as far as user space can tell: the wall
+    clock is read on both sides of the monotonic one and the pair kept only when the two wall
+    reads are close (< 20 µs), else read again (3 tries, then the closest pair). Read one after
+    the other, a preemption between them (milliseconds on a busy machine) would be added to
+    every kernel stamp's age and move the stamp that much *earlier* — before the server even
+    wrote the bytes (seen in tests/test_load_cadence.py's lower bound on a loaded box)."""
+    best = None
+    for _ in range(3):
+        w1 = _wall_ns()
+        m = _clock()
+        w2 = _wall_ns()
+        span = w2 - w1
+        if span < 20_000:
+            return m, w1 + span // 2
+        if best is None or span < best[0]:
+            best = (span, m, w1 + span // 2)
+    return best[1], best[2]
+
+
 class _Conn(asyncio.Protocol):
     """One connection; carries one request/response at a time."""
 
@@ -326,21 +346,20 @@ class _KernelStampedSocket:
         except OSError as e:
             self._lost(e)
             return
-        # Both clocks together, right after the read: the data's age is (wall now - kernel ts).
-        now = _clock()
         if n == 0:
             self._lost(None)  # EOF: no data, no stamp to count
             return
-        t = now
         for level, kind, cdata in anc:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(cdata) >= _TIMESPEC.size:
                 sec, nsec = _TIMESPEC.unpack_from(cdata)
-                age_ns = _wall_ns() - (sec * 1_000_000_000 + nsec)
-                if age_ns > 0:  # a REALTIME step backwards would make it negative: keep "now"
-                    t = now - age_ns * 1e-9
+                now, wall_ns = _clocks_together()
+                age_ns = wall_ns - (sec * 1_000_000_000 + nsec)
+                # a REALTIME step backwards would make it negative: keep "now"
+                t = now - age_ns * 1e-9 if age_ns > 0 else now
                 pool._kernel_reads += 1
                 break
         else:
+            t = _clock()
             pool._user_reads += 1
         self._conn.received(t, bytes(pool._rview[:n]))
 

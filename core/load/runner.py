@@ -408,6 +408,11 @@ async def run_load(
         notes.append(f"usage discrepancy: {len(disc)} request(s) where the server's completion_tokens differ from the retokenized count")
 
     summary = summarize(records, duration, slo, percentiles)
+    if summary.get("tpot_unobserved"):
+        notes.append(
+            f"{summary['tpot_unobserved']:.0f} request(s) received all their tokens in one read (the client or the"
+            " server was held off the CPU for the whole generation): their TPOT was not observed and is left out"
+        )
     lag_p99, lag_max = _p99_ms(lag.samples)
     send_p99, send_max = _p99_ms(send_lags)
     health = ClientHealth(lag_p99, lag_max, send_p99, send_max, cpu, timestamps=getattr(target, "timestamps", "user"))
