@@ -107,6 +107,39 @@ async def test_switching_screens_with_keys_and_the_estimate_follows_the_plan():
         assert "Qwen/Qwen3-8B" in app.screen.view.title
 
 
+async def test_the_first_key_2_on_a_fresh_app_switches_to_estimate_and_keeps_the_plan():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")  # what the mode bar and the README say: switch screens
+        await settle(pilot)
+        assert isinstance(app.screen, EstimateScreen)
+        assert app.plan == demo_plan()
+        await pilot.press("1")
+        await pilot.pause()
+        plan_screen = app.screen
+        assert isinstance(plan_screen, PlanScreen)
+        assert plan_screen.field("model").value == "Qwen/Qwen3-4B"
+
+
+async def test_digits_type_into_a_field_the_user_entered_and_switch_screens_after_escape():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("tab")  # into the first field, as a user would
+        assert isinstance(app.focused, Input) and app.focused.id == "model"
+        await pilot.click("#input_len")
+        await pilot.press("end", "ctrl+u", *"2048")  # clear the field, type a number
+        await settle(pilot)
+        assert isinstance(app.screen, PlanScreen)
+        assert app.screen.field("input_len").value == "2048"
+        assert app.plan.input_len == 2048
+        await pilot.press("escape", "2")
+        await settle(pilot)
+        assert isinstance(app.screen, EstimateScreen)
+        assert app.plan.input_len == 2048
+
+
 async def test_starting_a_sim_sweep_and_watching_rows_arrive(tmp_path):
     updates: list[SweepUpdated] = []
     app = make_app(demo_sweep_plan(), storage=str(tmp_path / "knee.db"))

@@ -103,8 +103,9 @@ def test_drive_plan_estimate_sweep_and_pareto_then_quit(tmux, tmp_path):
     tmux.start(f"{knee_bin()} --plan {plan_file}")
     try:
         tmux.wait_for("Model and hardware")
-        # The model field has the focus: replace it and see it resolved inline.
-        tmux.keys("C-u")
+        # Tab enters the model field (the form has the focus at first): replace it and see
+        # it resolved inline.
+        tmux.keys("Tab", "C-u")
         tmux.keys("Qwen/Qwen3-8B")
         tmux.wait_for("8.2B params")
         tmux.keys("Escape", "2")
@@ -139,7 +140,7 @@ def test_killing_the_app_mid_sweep_leaves_the_sweep_running(tmux, tmp_path):
     tmux.start(f"{knee_bin()} --plan {plan_file}")
     try:
         tmux.wait_for("Model and hardware")
-        tmux.keys("Escape", "3", "n")
+        tmux.keys("3", "n")  # the first keys: a digit switches screens at once
         tmux.wait_for("running ·", timeout=60)
         # Kill the app the hard way: the terminal goes away under it.
         os.kill(tmux.pane_pid(), signal.SIGKILL)

@@ -56,8 +56,10 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
 
 class PlanScreen(KneeScreen):
     MODE = "plan"
-    # Typing starts in the first field (the scrolling form would otherwise take the focus).
-    AUTO_FOCUS = "#model"
+    # The form, not a field, has the focus at first: the first key a newcomer presses (a
+    # digit from the mode bar) switches screens instead of replacing the model. Tab or a
+    # click enters a field, where digits type; Escape leaves it.
+    AUTO_FOCUS = "#plan-form"
     BINDINGS = [
         Binding("ctrl+s", "save", "Save plan"),
         Binding("ctrl+o", "load", "Load plan"),
