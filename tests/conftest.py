@@ -6,13 +6,13 @@ Fixtures (real-vLLM tier; mark such tests `@pytest.mark.realvllm`):
   real_vllm              one session-wide server (support.vllm_server.VllmServer):
                          .url .api_key .model_dir .model_name .log_path .pid .port .headers
                          .log_tail() .alive() .startup_s .args; started on first use.
-  pinned_vllm            one session-wide server for the timing tests: the whole server on
-                         the last allowed CPUs, prefix caching off; .client_cpus is the set
-                         the measuring client should run on (None with fewer than 2 CPUs).
   vllm_server_factory    start(extra_args=(), **kw) -> VllmServer for servers with other
                          arguments (kw as for support.vllm_server.start_vllm_server, e.g.
                          ready_timeout, enforce_eager, env); each is stopped after the test.
   vLLM's own benchmark:  support.vllm_bench.run_vllm_bench / sample_vllm_requests.
+
+No test pins CPUs or raises priorities (issue 10): tests assert behaviour; the timing
+comparisons that needed a pinned server live in bench/ (client_vs_vllm.py, sim_cpu_fit.py).
 
 Tiers (markers realvllm, moto, tmux): a test of a tier whose environment is missing is
 skipped with the reason, or fails when CI=true for realvllm (CI installs it, so missing means
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from support import sched, tinymodel, vllm_server  # `tests` is taken in site-packages; see support/__init__.py
+from support import tinymodel, vllm_server  # `tests` is taken in site-packages; see support/__init__.py
 
 TIERS = ("realvllm", "moto", "tmux")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -103,36 +103,6 @@ def tiny_model_dir(vllm_python: Path) -> Path:
 @pytest.fixture(scope="session")
 def real_vllm(tiny_model_dir: Path):
     server = vllm_server.start_vllm_server(tiny_model_dir)
-    yield server
-    server.stop()
-
-
-def _split_cpus() -> tuple[set[int] | None, set[int] | None]:
-    """(CPUs for the whole vLLM server, CPUs for the clients), or (None, None) with fewer than 2."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if len(cpus) < 2:
-        return None, None
-    return set(cpus[1:]), {cpus[0]}
-
-
-@pytest.fixture(scope="session")
-def pinned_vllm(tiny_model_dir: Path):
-    # Timing tests measure the server, so no client may share its CPU (see test_load_vs_vllm's
-    # docstring for what that did). Prefix caching is off: tools compared back to back send
-    # the same prompts, and whichever ran second would skip its prefills.
-    server_cpus, client_cpus = _split_cpus()
-    env = None
-    if server_cpus:
-        # vLLM's compute thread on the server's CPUs; its other processes inherit the affinity
-        # of the thread that starts them (below).
-        env = {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(server_cpus))), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    with sched.affinity(server_cpus):
-        server = vllm_server.start_vllm_server(
-            tiny_model_dir, extra_args=["--no-enable-prefix-caching"], env=env, python=tinymodel.VLLM_PYTHON
-        )
-    if server_cpus:
-        sched.pin_process(server.pid, server_cpus)  # belt and braces: threads made before exec
-    server.client_cpus = client_cpus
     yield server
     server.stop()
 

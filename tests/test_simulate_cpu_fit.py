@@ -1,16 +1,17 @@
 """A CPU step profile for the simulator, fitted from measurements, and checked against real
 vLLM on CPU (the tiny local model).
 
-The realvllm test measures the real server (conftest's pinned_vllm: alone on its CPU, the
-client on the other) at concurrencies 1-32, each point the median of five runs taken up
-and down the curve, fits a profile on 1, 2 and 32 (the fixed costs and the per-sequence
-cost), and checks the simulated throughput curve against the measured one at every
-concurrency (issue 5's acceptance: within 25%), besides the shape of a batching engine's
-curve. Measured on this 2-core box: worst point 4%, median 2% on a quiet run (16-20% on
-earlier ones, 28-33% while other test suites loaded the box). With the per-token cost fitted
-from TTFT at c=32, the simulated TTFT follows the measured rise too (10 to 103 ms).
+The realvllm test measures the real server (the shared real_vllm fixture, no CPU pinning or
+real-time priority) at concurrencies 1-32, fits a profile on 1, 2 and 32 (the fixed costs
+and the per-sequence cost) and checks what does not depend on the machine's speed: every
+run complete with exact token counts, a fitted profile with finite non-negative costs, and a
+simulated curve that rises with concurrency. How close the simulated throughput curve comes
+to the measured one (issue 5's "within 25%"; measured 2-4% on a quiet box, 28-33% while other
+suites loaded it) depends on the machine's other work during the measurement, so issue 10
+moved that figure to bench/sim_cpu_fit.py, which prints it; the test prints it too.
 """
 
+import math
 import statistics
 
 import pytest
@@ -26,7 +27,6 @@ ISL, OSL = 128, 128
 CONCURRENCIES = (1, 2, 4, 8, 16, 32)
 FIT = (1, 2, 32)  # fitted on; 4, 8 and 16 are predicted
 KV_GIB = 1  # VLLM_CPU_KVCACHE_SPACE the real-vLLM fixture sets
-ROUNDS = 5  # each point is the median of this many runs (a slow spell of a shared box hits one or two)
 
 
 def sim_point(arch, hw, config, profile, c, kv_tokens):
@@ -74,34 +74,45 @@ def test_kv_tokens_override_sets_the_cache(qwen):
 
 
 @pytest.mark.realvllm
-def test_fitted_cpu_profile_against_the_real_throughput_curve(pinned_vllm, tiny_model_dir):
-    from core.load.datasets import load_tokenizer, make_prompts
+def test_fitted_cpu_profile_from_the_real_server(real_vllm, tiny_model_dir):
+    from core.load.datasets import load_tokenizer
+
+    tok = load_tokenizer(str(tiny_model_dir))
+    measured, profile, sims, lines = measure_and_fit(real_vllm, tiny_model_dir, tok, rounds=1)
+    print("\n".join(lines))
+    for v in profile.as_dict().values():
+        if isinstance(v, float):
+            assert math.isfinite(v) and v >= 0, lines
+    thr = [sims[c]["output_throughput"] for c in CONCURRENCIES]
+    assert all(b > a for a, b in zip(thr, thr[1:])), lines
+    assert all(sims[c]["completed"] > 0 for c in CONCURRENCIES)
+
+
+def measure_and_fit(server, model_dir, tok, rounds: int):
+    """Measure the real server at CONCURRENCIES (median of ``rounds`` runs each, up then down
+    the curve), fit on FIT, simulate every concurrency; returns (measured, profile, sims,
+    printable lines). Shared with bench/sim_cpu_fit.py."""
+    from core.load.datasets import make_prompts
     from core.load.openai import OpenAITarget
     from core.load.runner import run_load_sync
-    from support.sched import affinity, realtime
 
-    real_vllm = pinned_vllm  # the server alone on its CPU, the client on the other (conftest)
-    tok = load_tokenizer(str(tiny_model_dir))
-    target = OpenAITarget(real_vllm.url, real_vllm.model_name, api_key=real_vllm.api_key)
+    target = OpenAITarget(server.url, server.model_name, api_key=server.api_key)
     runs = {c: [] for c in CONCURRENCIES}
-    with affinity(real_vllm.client_cpus), realtime([0]):
-        for r in range(ROUNDS):  # up then down the curve, so a slow spell of the machine hits
-            for c in CONCURRENCIES if r % 2 == 0 else CONCURRENCIES[::-1]:  # no one point alone
-                n = max(16, 8 * c)
-                prompts = make_prompts(Workload.fixed(ISL, OSL, num_prompts=n, seed=r), tok)
-                res = run_load_sync(target, prompts, LoadPoint(concurrency=c, num_prompts=n), warmup=min(c, 4))
-                assert res.summary["failed"] == 0 and res.summary["total_output_tokens"] == n * OSL
-                runs[c].append(res.summary)
+    for r in range(rounds):
+        for c in CONCURRENCIES if r % 2 == 0 else CONCURRENCIES[::-1]:
+            n = max(16, 8 * c)
+            prompts = make_prompts(Workload.fixed(ISL, OSL, num_prompts=n, seed=r), tok)
+            res = run_load_sync(target, prompts, LoadPoint(concurrency=c, num_prompts=n), warmup=min(c, 4))
+            assert res.summary["failed"] == 0 and res.summary["total_output_tokens"] == n * OSL
+            runs[c].append(res.summary)
     measured = {c: {m: statistics.median(x[m] for x in runs[c]) for m in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")}
                 for c in CONCURRENCIES}
-
-    arch = load_model(str(tiny_model_dir))
+    arch = load_model(str(model_dir))
     hw = cpu_hardware()
-    config = ServerConfig(model=real_vllm.model_name, max_model_len=2048)
+    config = ServerConfig(model=server.model_name, max_model_len=2048)
     kv_tokens = int(KV_GIB * 2**30 // arch.kv_bytes_per_token())
     points = [MeasuredPoint(c, ISL, OSL, measured[c]["mean_ttft_ms"] / 1e3, measured[c]["mean_tpot_ms"] / 1e3) for c in FIT]
     profile = fit_step_profile(points, arch, hw, config, kv_tokens=kv_tokens, name="cpu-2core")
-
     sims = {c: sim_point(arch, hw, config, profile, c, kv_tokens) for c in CONCURRENCIES}
     apes = {c: abs(sims[c]["output_throughput"] - measured[c]["output_throughput"]) / measured[c]["output_throughput"]
             for c in CONCURRENCIES}
@@ -113,18 +124,5 @@ def test_fitted_cpu_profile_against_the_real_throughput_curve(pinned_vllm, tiny_
             f"({apes[c]:.0%})  TTFT {m['mean_ttft_ms']:.0f}/{s['mean_ttft_ms']:.0f} ms  "
             f"TPOT {m['mean_tpot_ms']:.2f}/{s['mean_tpot_ms']:.2f} ms"
         )
-    lines.append(f"median APE over concurrencies: {statistics.median(apes.values()):.0%}, worst {max(apes.values()):.0%} (goal: each <= 25%)")
-    print("\n".join(lines))
-
-    # Issue 5's acceptance: the simulated throughput-vs-concurrency curve within 25% of the
-    # measured one at every concurrency, three of the six points predicted (fitted on 1, 2 and 32).
-    assert max(apes.values()) <= 0.25, "\n".join(lines)
-
-    # The fit reproduces the TTFT it was fitted on (lowest and highest load) through the scheduler.
-    for c in (FIT[0], FIT[-1]):
-        assert sims[c]["mean_ttft_ms"] == pytest.approx(measured[c]["mean_ttft_ms"], rel=0.15), "\n".join(lines)
-    # A batching engine: throughput rises with concurrency and each doubling gains less.
-    thr = [sims[c]["output_throughput"] for c in CONCURRENCIES]
-    assert all(b > a for a, b in zip(thr, thr[1:]))
-    gains = [b / a for a, b in zip(thr, thr[1:])]
-    assert gains[-1] < gains[0]
+    lines.append(f"median APE over concurrencies: {statistics.median(apes.values()):.0%}, worst {max(apes.values()):.0%} (issue 5's goal: each <= 25%)")
+    return measured, profile, sims, lines
