@@ -167,7 +167,8 @@ async def test_choosing_a_pareto_point_sends_it_to_deploy(demo_storage):
         await wait_until(pilot, lambda: screen.view is not None)
         await settle(pilot)
         assert screen.view.knee is not None
-        assert screen.table.selected_key() == screen.view.knee.key  # the knee is preselected
+        # The best point under the SLOs is preselected (in the demo study it is the knee).
+        assert screen.table.selected_key() == screen.view.recommended == screen.view.knee.key
         await pilot.press("down")
         chosen = screen.table.selected_key()
         assert "trial" in str(screen.detail.render())
@@ -177,6 +178,38 @@ async def test_choosing_a_pareto_point_sends_it_to_deploy(demo_storage):
         await settle(pilot)
         assert isinstance(app.screen, DeployScreen)
         assert app.selection is not None and app.selection.point.point_id == chosen
+
+
+async def test_pareto_preselects_the_best_point_meeting_the_slos_not_a_knee_that_misses_them(tmp_path):
+    from core.results import recommend
+    from core.results.store import StudyStore
+    from tui.demo import make_demo_study
+    from tui.widgets.pareto_plot import MARKERS
+
+    storage = str(tmp_path / "knee.db")
+    # The demo sweep under a tighter E2E goal: its knee (E2E p99 37.5 s) now misses it.
+    make_demo_study(storage, "tight", demo_sweep_plan().model_copy(update={"constraints": "e2e_latency:p99<30s"}))
+    store = StudyStore(storage)
+    _, best_point = recommend(store, "tight")
+    store.close()
+    app = make_app(demo_sweep_plan(), storage=storage, study="tight")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("f4")
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.view is not None)
+        await settle(pilot)
+        view = screen.view
+        assert view.points[view.knee.key].meets_slo is False
+        assert screen.table.selected_key() == best_point.point_id == view.recommended
+        assert view.points[view.recommended].meets_slo is True
+        assert "recommended" in str(screen.detail.render())
+        # The knee stays marked, on the chart and in the table.
+        assert view.marker(view.knee.key) == "knee"
+        assert screen.table.get_row(view.knee.key)[0].plain == MARKERS["knee"][0]
+        await pilot.press("d")
+        await settle(pilot)
+        assert isinstance(app.screen, DeployScreen)
+        assert app.selection.point.point_id == best_point.point_id and app.selection.point.meets_slo
 
 
 async def test_deploy_preview_and_cancelling_the_confirmation(demo_storage):

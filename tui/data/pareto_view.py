@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
 
-from core.results.analysis import direction, knee, metric_value, pareto
+from core.results.analysis import best, direction, knee, metric_value, pareto
 from core.spec.slo import SLO
 from core.spec.study import PointRow
 
@@ -118,6 +118,11 @@ class ParetoView:
     points: dict[str, PointRow]
     ax: Axis
     ay: Axis
+    recommended: str | None = None
+    """The point id of the best point under the SLOs by the study's objective
+    (``core.results.analysis.best``, as ``knee results`` and ``recommend`` choose): what the
+    screen selects first, so Deploy gets a configuration that meets the constraints. None
+    when no point meets them."""
 
     @property
     def empty(self) -> bool:
@@ -203,7 +208,8 @@ def predictions(points: list[PointRow], model: str, instance: str | None, gpu: s
     return out
 
 
-def build(points: list[PointRow], x: str, y: str, slo: SLO, predicted: dict[str, PointRow] | None = None) -> ParetoView:
+def build(points: list[PointRow], x: str, y: str, slo: SLO, predicted: dict[str, PointRow] | None = None,
+          objective: str = "throughput", price_per_gpu_hour: float | None = None) -> ParetoView:
     ok = [p for p in points if p.status == "ok"]
     own = [p for p in ok if p.source == "knee"]
     imported = [p for p in ok if p.source != "knee"]
@@ -225,4 +231,15 @@ def build(points: list[PointRow], x: str, y: str, slo: SLO, predicted: dict[str,
         points={p.point_id: p for p in points},
         ax=axis_of(ok, x),
         ay=axis_of(ok, y),
+        recommended=_recommended(ok, objective, slo, price_per_gpu_hour),
     )
+
+
+def _recommended(ok: list[PointRow], objective: str, slo: SLO, price: float | None) -> str | None:
+    from core.errors import KneeError
+
+    try:
+        chosen = best(ok, objective, slo, price)
+    except KneeError:  # an objective this version does not know: rank by throughput
+        chosen = best(ok, "throughput", slo, price)
+    return chosen.point_id if chosen is not None else None

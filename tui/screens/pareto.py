@@ -139,7 +139,8 @@ class ParetoScreen(KneeScreen):
             # metric, capped): a thousand predictions would hold the GIL for a second.
             fresh = [p for p in _predict_candidates(points, self.x, self.y) if p.point_id not in known]
             predicted = predictions(fresh, spec.model, spec.instance, spec.gpu, spec.num_gpus, spec)
-        self.post_message(StudyLoaded(study, points, predicted, {**info, "model": row.get("model", "")},
+        self.post_message(StudyLoaded(study, points, predicted,
+                                      {**info, "model": row.get("model", ""), "objective": spec.objective if spec else None},
                                       spec.constraints if spec else ""))
 
     @on(StudyLoaded)
@@ -158,7 +159,8 @@ class ParetoScreen(KneeScreen):
             slo = parse_constraints(m.constraints)
         except KneeError:
             slo = parse_constraints("")
-        self.view = build(m.points, self.x, self.y, slo, m.predicted)
+        self.view = build(m.points, self.x, self.y, slo, m.predicted, objective=m.info.get("objective") or "throughput",
+                          price_per_gpu_hour=m.info.get("price_per_gpu_hour"))
         self.table.show(self.view)
         self._show_selected()
 
@@ -195,9 +197,10 @@ class ParetoScreen(KneeScreen):
                     latencies.append(f"{a.name} {a.fmt(v, unit=True)}")
         # Rates on the title line and latencies on their own: each line fits 60 columns,
         # so none wraps in the middle of a "name value unit".
+        tag = ["recommended"] if self.view is not None and p.point_id == self.view.recommended else []
         lines = [
             Content.assemble((f"trial {p.trial_id}", "bold"),
-                             " · ".join(["", "simulated" if p.simulated else p.source, *rates])),
+                             " · ".join(["", *tag, "simulated" if p.simulated else p.source, *rates])),
             Content.assemble(("server ", DIM), _kv(p.server_args)),
             Content.assemble(("client ", DIM), _kv(p.client_args)),
             Content(" · ".join(latencies)),

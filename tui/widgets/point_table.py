@@ -45,13 +45,15 @@ class PointTable(DataTable):
             self._shown = None
             return
         front = [d.key for d in view.frontier]
-        sign = -1.0 if direction(view.x) == "max" else 1.0
-        rest = sorted((d for d in (*view.measured, *view.failed_slo, *view.imported) if d.key not in front),
-                      key=lambda d: sign * d.x)[: max(0, MAX_ROWS - len(front))]
         dots = {d.key: d for d in (*view.measured, *view.failed_slo, *view.imported)}
-        keys = [*front, *[d.key for d in rest]]
+        # The recommended point is always a row, even off the frontier of these axes.
+        first = [*front, *([view.recommended] if view.recommended in dots and view.recommended not in front else [])]
+        sign = -1.0 if direction(view.x) == "max" else 1.0
+        rest = sorted((d for d in (*view.measured, *view.failed_slo, *view.imported) if d.key not in first),
+                      key=lambda d: sign * d.x)[: max(0, MAX_ROWS - len(first))]
+        keys = [*first, *[d.key for d in rest]]
         theme = self.app.theme
-        shown = (theme, view.ax, view.ay, view.knee, tuple((k, dots.get(k)) for k in keys))
+        shown = (theme, view.ax, view.ay, view.knee, view.recommended, tuple((k, dots.get(k)) for k in keys))
         if shown == self._shown:
             return  # a reload that changed nothing on the table: keep it (and its scroll)
         self._shown = shown
@@ -77,10 +79,13 @@ class PointTable(DataTable):
                 cells.append(Text("") if p.meets_slo is None else Text("pass", ok) if p.meets_slo else Text("fail", bad))
             cells += [Text(str(p.trial_id), justify="right"), Text(_args(p.server_args)), Text(_load(p.client_args))]
             self.add_row(*cells, key=key)
+        # First the best point that meets the SLOs (what "Deploy this" should ship), not the
+        # knee, which may miss them; the knee keeps its mark.
+        default = view.recommended if view.recommended in keys else view.knee.key if view.knee is not None else None
         if keep is not None and keep in keys:
             self.move_cursor(row=self.get_row_index(keep))
-        elif view.knee is not None:
-            self.move_cursor(row=self.get_row_index(view.knee.key))
+        elif default is not None:
+            self.move_cursor(row=self.get_row_index(default))
 
     def selected_key(self) -> str | None:
         if not self.row_count:
