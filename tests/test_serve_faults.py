@@ -232,3 +232,69 @@ def test_parallel_trials_on_disjoint_gpus(tmp_path, wrapper):
         assert f"CUDA_VISIBLE_DEVICES={','.join(map(str, t.gpus))}" in Path(t.log_path).read_text()
     assert [k for _, k, _ in events][-1] == "study_done"
     assert wait_gone("par") == []
+
+
+# A vLLM start-up failure as vLLM 0.11+ logs it: the engine core's traceback with the cause,
+# then the API server's traceback ending in a line that only points back at it, then
+# shutdown noise. The tail alone shows none of the cause.
+VLLM_INIT_FAILURE = r'''
+import sys
+cause = ("ValueError: Available memory on node 0 (3.10/15.50 GiB) on startup is less than desired CPU memory "
+         "utilization (0.9, 13.95 GiB). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) "
+         "or reduce CPU memory used by other processes.")
+p = "(EngineCore_DP0 pid=4242) ERROR 11-23 21:00:05 [core.py:708] "
+print("INFO 11-23 21:00:00 [api_server.py:1885] vLLM API server version 0.11.0")
+print(p + "EngineCore failed to start.")
+print(p + "Traceback (most recent call last):")
+print(p + '  File "/venv/vllm/v1/worker/cpu_worker.py", line 84, in init_device')
+print(p + "    raise ValueError(")
+print(p + cause)
+print("Process EngineCore_DP0:")
+print("Traceback (most recent call last):")
+for i in range(12):
+    print(f'  File "/venv/vllm/v1/engine/core.py", line {700 + i}, in run_engine_core')
+    print("    engine_core = EngineCoreProc(*args, **kwargs)")
+print(cause)
+q = "(APIServer pid=4200) "
+print(q + "Traceback (most recent call last):")
+for i in range(15):
+    print(q + f'  File "/venv/vllm/entrypoints/openai/api_server.py", line {100 + i}, in build_async_engine_client')
+    print(q + "    async with build_async_engine_client_from_engine_args(")
+print(q + "    raise RuntimeError(")
+print(q + "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}")
+print("/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown")
+print("  warnings.warn('resource_tracker: There appear to be %d '")
+sys.exit(1)
+'''
+
+
+def test_exit_at_start_reports_the_root_cause_not_vllms_closing_line(tmp_path, capsys):
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(VLLM_INIT_FAILURE)
+    cmd = f"{PY} {script} --port {{port}}"
+    rc = knee(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", cmd, "--server-args", "variant=[1]",
+               "--client-args", "max_concurrency=[2];num_prompts=6", "--workspace", str(tmp_path), "--study", "cause"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    failed = [ln for ln in err.splitlines() if "FAILED:" in ln]
+    assert failed and "server exited with code 1 before it was ready: ValueError: Available memory on node 0" in failed[0]
+    assert "decrease `--gpu-memory-utilization`" in failed[0] and "See root cause above" not in failed[0]
+    t = StudyStore(tmp_path / "knee.db").trials("cause")[0]
+    first = t.reason.splitlines()[0]
+    assert first.startswith("crashed_at_start: server exited with code 1 before it was ready: ValueError: Available memory on node 0")
+    assert wait_gone("cause") == []
+
+
+@pytest.mark.parametrize("log, cause", [
+    # the pointer line is skipped; the exception before it is the cause
+    ("Traceback\nKeyError: 'rope_type'\nRuntimeError: Worker failed with error 'x', please check the stack trace above for the root cause\n", "KeyError: 'rope_type'"),
+    # a plain Python crash: its last exception line
+    ("loading\nTraceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\nUserWarning: leaked semaphore\n", "torch.OutOfMemoryError: CUDA out of memory."),
+    # a pointer with nothing before it: the pointer is better than nothing
+    ("RuntimeError: Engine core initialization failed. See root cause above.\n", "RuntimeError: Engine core initialization failed. See root cause above."),
+    # no exception at all: the server's last line, not knee's own
+    ("knee: launching: x\nerror: model weights not found\n", "error: model weights not found"),
+    ("knee: launching: x\n", None),
+])
+def test_root_cause_picks_the_line_that_says_why(log, cause):
+    assert proc_mod.root_cause(log) == cause

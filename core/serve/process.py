@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+import re
+
 import httpx
 
 from core.errors import BadInput
@@ -76,6 +78,50 @@ def classify(log_tail: str, default: str) -> str:
     if default == CRASHED_AT_START and any(p in low for p in _BAD_ARG_PATTERNS):
         return BAD_ARGS
     return default
+
+
+# An exception line anywhere on a log line, after whatever prefix the engine writes
+# ("(EngineCore_DP0 pid=42) ERROR 11-23 21:00:05 [core.py:708] ValueError: ...").
+_EXC_LINE = re.compile(r"(?:^|(?<=[\s\])]))((?:[A-Za-z_]\w*\.)*[A-Z]\w*):\s+(\S.*)$")
+_EXC_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Failure", "Fault")
+# A closing line that points elsewhere for the cause (vLLM: "Engine core initialization
+# failed. See root cause above."; "please check the stack trace above for the root cause").
+_POINTER = re.compile(r"root cause|(?:see|check) (?:the )?(?:stack ?trace|traceback|logs?|errors?) above", re.I)
+
+
+def _exception(line: str) -> str | None:
+    """``XxxError: message`` from a log line (prefix dropped), or None."""
+    m = _EXC_LINE.search(line.rstrip())
+    if not m:
+        return None
+    name = m.group(1).rsplit(".", 1)[-1]
+    if name != "Exception" and not name.endswith(_EXC_SUFFIXES):
+        return None
+    return f"{m.group(1)}: {m.group(2).strip()}"
+
+
+def root_cause(log_text: str) -> str | None:
+    """The line that says why a server died, from its log.
+
+    Engines often end with a line that only points back ("RuntimeError: Engine core
+    initialization failed. See root cause above."). The cause is then the last exception
+    line before the last such pointer that is not a pointer itself. Without a pointer, the
+    last exception line of the log; without any exception line, the last line the server
+    wrote (knee's own ``knee: ...`` lines are not the server's). None for an empty log."""
+    lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
+    excs = [(i, e) for i, e in ((i, _exception(ln)) for i, ln in enumerate(lines)) if e]
+    pointers = [i for i, e in excs if _POINTER.search(e)]
+    if pointers:
+        before = [e for i, e in excs if i < pointers[-1] and not _POINTER.search(e)]
+        if before:
+            return before[-1]
+    causes = [e for _, e in excs if not _POINTER.search(e)]
+    if causes:
+        return causes[-1]
+    if excs:
+        return excs[-1][1]
+    own = [ln for ln in lines if not ln.startswith("knee: ")]
+    return own[-1] if own else None
 
 
 def _pdeathsig() -> None:  # runs in the child between fork and exec
@@ -149,19 +195,33 @@ class ServerProcess:
     def exit_code(self) -> int | None:
         return self.proc.poll() if self.proc else None
 
-    def tail(self, n: int = 15, max_chars: int = 2000) -> str:
+    def _log_end(self, max_bytes: int = 64_000) -> str:
+        """The end of the log, secrets scrubbed."""
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 size = f.tell()
-                f.seek(max(0, size - 64_000))
+                f.seek(max(0, size - max_bytes))
                 text = f.read().decode("utf-8", "replace")
         except OSError:
             return ""
         for s in self.secrets:
             text = text.replace(s, "***")
-        lines = [ln for ln in text.splitlines() if ln.strip()]
+        return text
+
+    def tail(self, n: int = 15, max_chars: int = 2000) -> str:
+        lines = [ln for ln in self._log_end().splitlines() if ln.strip()]
         return "\n".join(lines[-n:])[-max_chars:]
+
+    def exit_reason(self, code: int, when: str, default: str = CRASHED) -> tuple[str, str]:
+        """(failure kind, reason) for a server that exited: the first line names the exit and
+        the root cause from the log (not a closing "see root cause above" line, which may
+        be all the log's tail shows); the log's last lines follow."""
+        text = self._log_end(256_000)
+        tail = self.tail()
+        cause = root_cause(text)
+        first = f"server exited with code {code} {when}" + (f": {cause[:500]}" if cause else "")
+        return classify(tail + "\n" + (cause or ""), default), f"{first}\n{tail}"
 
     def wait_ready(self, url: str, timeout_s: float, poll_s: float = 0.25, cancel: threading.Event | None = None) -> float:
         """Poll ``url`` until HTTP 200, watching the process. Returns seconds taken."""
@@ -170,8 +230,7 @@ class ServerProcess:
             while True:
                 code = self.exit_code()
                 if code is not None:
-                    tail = self.tail()
-                    raise ServerFailed(classify(tail, CRASHED_AT_START), f"server exited with code {code} before it was ready\n{tail}")
+                    raise ServerFailed(*self.exit_reason(code, "before it was ready", CRASHED_AT_START))
                 try:
                     if client.get(url).status_code == 200:
                         return time.monotonic() - t0
