@@ -212,6 +212,33 @@ async def test_pareto_preselects_the_best_point_meeting_the_slos_not_a_knee_that
         assert app.selection.point.point_id == best_point.point_id and app.selection.point.meets_slo
 
 
+async def test_reopening_the_app_in_a_workspace_with_studies_follows_the_latest(tmp_path):
+    from tui.demo import make_demo_study
+
+    storage = str(tmp_path / "knee.db")
+    make_demo_study(storage, "older")
+    make_demo_study(storage, "newer")
+    app = make_app(storage=storage)  # as `knee` opens it: no study named
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.press("4")
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.view is not None, what="the latest study on the Pareto screen")
+        await settle(pilot)
+        assert app.sweep is not None and app.sweep.study == "newer"
+        assert screen.has_class("-loaded")  # not "No study followed yet"
+        assert screen.table.row_count > 0
+
+
+async def test_a_new_workspace_follows_nothing_and_creates_nothing(tmp_path):
+    app = make_app(storage=str(tmp_path / ".knee" / "knee.db"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        await settle(pilot)
+        assert app.sweep is None and not app.screen.has_class("-loaded")
+        assert not (tmp_path / ".knee").exists()
+
+
 async def test_deploy_preview_and_cancelling_the_confirmation(demo_storage):
     app = make_app(demo_sweep_plan(), storage=demo_storage, study=DEMO_STUDY)
     async with app.run_test(size=(120, 36)) as pilot:

@@ -77,12 +77,29 @@ class KneeApp(App[None]):
         self.deploy_clients = deploy_clients  # None: boto3 clients made when applying
         self.deploy_options = deploy_options  # None: core.deploy.ApplyOptions() (15 s polls)
         self._initial_study = study
+        self._followed: str | None = None  # the study last asked to follow
         if plan is not None:
             self.plan = plan
 
     def on_mount(self) -> None:
         if self._initial_study:
             self.follow(self._initial_study)
+        else:
+            # Reopened in a workspace that has studies: show the latest, as `knee attach` would.
+            self._follow_latest()
+
+    @work(thread=True, exclusive=True, group="follow-latest", exit_on_error=False)
+    def _follow_latest(self) -> None:
+        try:
+            name = self.sweep_control.latest()  # None, and nothing created, in a new workspace
+        except KneeError:
+            return  # an unreadable store is reported when the user acts on it
+        if name is not None:
+            self.call_from_thread(self._follow_unless_following, name)
+
+    def _follow_unless_following(self, study: str) -> None:
+        if self._followed is None:  # a sweep the user started meanwhile wins
+            self.follow(study)
 
     # ---- plan ---------------------------------------------------------------------------
     def use_plan(self, plan: Plan) -> None:
@@ -125,6 +142,7 @@ class KneeApp(App[None]):
 
     def follow(self, study: str) -> None:
         """Follow ``study`` (replacing any followed before)."""
+        self._followed = study
         self.sweep = None
         self._follow(study)
 

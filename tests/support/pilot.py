@@ -12,9 +12,11 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def offline(monkeypatch):
+def offline(monkeypatch, tmp_path):
     # An unknown model id must fail fast from the cache, never wait on the network.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # The app follows the latest study of its workspace: never the developer's own .knee/.
+    monkeypatch.setenv("KNEE_WORKSPACE", str(tmp_path / "workspace"))
 
 
 @pytest.fixture(scope="module")
