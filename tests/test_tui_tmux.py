@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -145,12 +146,22 @@ def test_killing_the_app_mid_sweep_leaves_the_sweep_running(tmux, tmp_path):
         # Kill the app the hard way: the terminal goes away under it.
         os.kill(tmux.pane_pid(), signal.SIGKILL)
         tmux.kill()
-        time.sleep(1.0)
         attach = subprocess.Popen([knee_bin(), "attach"], cwd=tmp_path, env=tmux.env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
-        time.sleep(4.0)
+        # Detach once it has attached (not after a fixed sleep, which a busy machine outlasts).
+        seen = []
+        watchdog = threading.Timer(60, attach.kill)
+        watchdog.start()
+        try:
+            for line in attach.stdout:
+                seen.append(line)
+                if "attached to" in line:
+                    break
+        finally:
+            watchdog.cancel()
         attach.send_signal(signal.SIGINT)  # detach the view; the sweep goes on
-        out, _ = attach.communicate(timeout=20)
+        rest, _ = attach.communicate(timeout=20)
+        out = "".join(seen) + rest
         assert "attached to" in out and "(running)" in out, out
 
         from core.results.store import StudyStore
