@@ -159,6 +159,18 @@ def best(points: Iterable[PointRow], objective: str = "throughput", slo: SLO | N
     return max(cands, key=lambda t: t[0])[1] if cands else None
 
 
+def vllm_command(model: str, server_args: dict[str, Any]) -> str:
+    """The ``vllm serve`` command line a configuration stands for: what knee's vllm engine
+    launches for it (``core.serve.engines.build_argv``), less the host, port and API key it
+    picks at each launch. A simulated study stores ``sim MODEL`` as its command; this is
+    what its best configuration would run on a GPU."""
+    import shlex
+
+    from core.sweep.grammar import emit_args
+
+    return shlex.join(["vllm", "serve", model, *emit_args(server_args)])
+
+
 def summary_table(points: Sequence[PointRow], keys: Sequence[str]) -> list[dict[str, Any]]:
     rows = []
     for p in points:

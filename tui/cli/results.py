@@ -208,7 +208,11 @@ def _print_text(a: dict[str, Any]) -> None:
     b = a["best"]
     if b is not None:
         print(f"best ({a['objective']} under the constraints): trial {b.trial_id} {b.server_args} at {b.client_args.get('max_concurrency', b.client_args.get('request_rate', ''))}: {_fmt(b.summary.get('output_throughput'))} tok/s, p99 E2E {_fmt((b.summary.get('p99_e2el_ms') or float('nan')) / 1000)} s")
-        if b.cmd:
+        if b.simulated or (b.cmd or "").startswith("sim "):
+            from core.results.analysis import vllm_command
+
+            print(f"  command on a GPU (simulated here): {vllm_command(a['model'], b.server_args)}")
+        elif b.cmd:
             print(f"  command: {b.cmd}")
     else:
         print("best: no load point meets the constraints")
