@@ -1,6 +1,6 @@
 """How close knee's estimate comes to published serving measurements, beside llm-optimizer's.
 
-    python -m bench.accuracy [PATH] [--json] [--quiet]
+    python -m bench.accuracy [PATH ...] [--json] [--quiet] [--loso [--loso-key id|publisher]]
 
 PATH (default ``shared/calibration/measurements.jsonl``) is a JSONL file in that file's
 schema (its README describes the fields). Each row is predicted by knee's :class:`core.estimate.Predictor` and
@@ -12,6 +12,18 @@ be predicted (an unknown mode, a load mode without its load, no bundled model co
 listed with the reason and the rest go on. The last line is a one-line summary. With
 ``--json`` stdout holds one JSON document and nothing else: rows, skipped rows with their
 reasons, and the summary (its one-line form as ``summary.line``).
+
+With ``--loso`` (issue 11, honest validation; :mod:`bench.fit`): the cost model's physical
+parameters (per GPU architecture mfu, mfu_fp8, mfu_attn, bw_weights, bw_kv, link_eff,
+allreduce_us; per engine profile step_us) are fitted to every predicted row (in-sample), and
+for each source (the id prefix) fitted to the other sources' rows and used to predict the
+held-out source's (leave-one-source-out). The report sets today's hand-set calibration
+(in-sample: it was tuned on these rows), the fitted in-sample and the LOSO median APEs side
+by side per metric, overall, per GPU, per engine and per held-out source, with row counts,
+and flags a LOSO median more than 5 points above the fitted in-sample one as overfitting;
+the fitted parameters beside the hand-set ones; the SUMMARY line gains the fitted and LOSO
+medians. Several PATHs are read together (``measurements.jsonl bench/data/published.jsonl``).
+The product's predictions are unchanged: the fits only apply inside the bench.
 
 How a row becomes a prediction (the same for every row; nothing is fitted per row): the
 workload rules are :mod:`bench.rows`, shared with ``bench/sim_accuracy.py`` (model through
@@ -41,6 +53,7 @@ import re
 import sys
 from pathlib import Path
 
+from bench import fit
 from bench import llm_optimizer_formulas as lo
 from bench import rows as R
 from bench.rows import LABELS, METRICS
@@ -48,7 +61,8 @@ from bench.rows import LABELS, METRICS
 _ape = R.ape
 
 
-def predict_knee(row: dict, arch) -> dict:
+def predict_knee(row: dict, arch, gpu=None) -> dict:
+    """knee's estimate for the row (``gpu``: the row's GPU spec, looked up when not given)."""
     from core.catalog import get_gpu
     from core.estimate.predict import Predictor
 
@@ -60,7 +74,7 @@ def predict_knee(row: dict, arch) -> dict:
     n_prompts = R.prompt_count(notes)
     p = Predictor(
         arch,
-        get_gpu(row["gpu"]),
+        gpu or get_gpu(row["gpu"]),
         R.workload(row),
         kv_dtype=row.get("kv_dtype") or "auto",
         engine=row.get("engine") or "vllm",
@@ -105,10 +119,12 @@ def predict_lo(row: dict, cfg_dict: dict) -> dict:
     return {"ttft_ms": r.ttft_ms * f, "itl_ms": r.itl_ms * f, "e2e_s": r.e2e_s * f, "req_per_s": r.req_per_s, "output_tok_per_s": r.output_tok_per_s}
 
 
-def run(path: str) -> dict:
+def run(path, loso: bool = False, key: str = "id") -> dict:
+    """The report over the rows of ``path`` (a JSONL path, or a list of them read together);
+    with ``loso`` the honest validation too (:func:`honest`)."""
     from core.errors import KneeError
 
-    rows = R.load(path)
+    rows = R.load_all([path] if isinstance(path, (str, Path)) else path)
     results, skipped = [], []
     for row, cfg, arch in R.with_config(rows, skipped):
         meas = R.measured(row)
@@ -136,7 +152,52 @@ def run(path: str) -> dict:
             "ape_knee": {k: _ape(kn.get(k), meas[k]) for k in METRICS},
             "ape_lo": {k: _ape(lp.get(k), meas[k]) for k in METRICS},
         })
-    return {"rows": results, "skipped": skipped, "summary": summarize(results, skipped, len(rows))}
+    rep = {"rows": results, "skipped": skipped, "summary": summarize(results, skipped, len(rows))}
+    if loso:
+        rep["honest"] = honest(rows, results, key)
+        rep["summary"]["honest"] = {k: v for k, v in rep["honest"].items() if k not in ("params", "fit", "folds")}
+        rep["summary"]["line"] += " | " + fit.summary_part(rep["honest"])
+    return rep
+
+
+def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
+    """Issue 11's honest validation on the estimator (:mod:`bench.fit`): the physical
+    parameters fitted on every row (in-sample) and, for each source, fitted on the other
+    sources' rows and judged on the held-out source's (leave-one-source-out). Adds to each
+    result ``knee_fitted``/``ape_fitted``, ``knee_loso``/``ape_loso`` and ``source``, and
+    returns the comparison (:func:`bench.fit.compare`), the parameters and the folds."""
+    import time
+
+    t0 = time.perf_counter()
+    its, _ = fit.items(rows)
+    assert [it.id for it in its] == [r["id"] for r in results]  # same rows, same order (bench.rows.with_config)
+    infl = fit.influence(its)
+    full = fit.fit(its, infl)
+    in_sample = fit.predict_with(its, full.params)
+    folds = fit.loso(its, key, infl)
+    held = {}
+    for f in folds:
+        for i, p in f.predictions.items():
+            held[i] = (f.source, p)
+    for r, it, p in zip(results, its, in_sample):
+        src, q = held[it.id]
+        r["source"] = src
+        r["knee_fitted"], r["knee_loso"] = p or {}, q or {}
+        r["ape_fitted"] = {m: _ape((p or {}).get(m), r["measured"][m]) for m in METRICS}
+        r["ape_loso"] = {m: _ape((q or {}).get(m), r["measured"][m]) for m in METRICS}
+    h = fit.compare(results, {"hand_set": "ape_knee", "fitted": "ape_fitted", "loso": "ape_loso"})
+    for f in folds:
+        h["by_source"][f.source]["train_rows"] = len(f.fit.train_ids)
+    h.update({
+        "key": key,
+        "sources": len(folds),
+        "method": "coordinate pattern search in log space on the estimator, robust mean of capped |log(pred/meas)| (bench/fit.py)",
+        "seconds": round(time.perf_counter() - t0, 1),
+        "params": fit.param_table(full, folds),
+        "fit": fit.fit_summary(full),
+        "folds": [{"source": f.source, "held_ids": f.held_ids, **fit.fit_summary(f.fit)} for f in folds],
+    })
+    return h
 
 
 def summarize(results, skipped, total) -> dict:
@@ -233,22 +294,41 @@ def print_report(rep: dict, quiet: bool = False) -> None:
         f"llm-optimizer predicts {s['llm_optimizer_covered']} (no L4/A10G, no FP8 on A100, L40S read as L40, "
         "rows its memory check rejects)"
     )
+    if "honest" in rep:
+        h = rep["honest"]
+        print()
+        print(f"Honest validation (issue 11): parameters fitted in-sample on all {h['rows']} predicted rows, and leave-one-source-out "
+              f"over {h['sources']} sources (source = {'id prefix' if h['key'] == 'id' else 'id prefix without trailing digits'}); "
+              f"{h['method']}; {h['seconds']:.0f} s")
+        if not quiet:
+            print("Per row: APE hand-set / fitted / LOSO")
+            for r in rep["rows"]:
+                cells = [f"{LABELS[m]} {_pct(r['ape_knee'][m])}/{_pct(r['ape_fitted'][m])}/{_pct(r['ape_loso'][m])}"
+                         for m in METRICS if r["measured"][m] is not None]
+                print(f"  {r['id']:14} {r['source']:12} " + "  ".join(cells))
+        for ln in fit.format_compare(h, h["params"]):
+            print(ln)
     print(s["line"])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("path", nargs="?", default=str(R.DEFAULT))
+    ap.add_argument("path", nargs="*", default=[str(R.DEFAULT)], help="JSONL files, read together (default: measurements.jsonl)")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout (the summary inside), nothing else")
     ap.add_argument("--quiet", action="store_true", help="summaries only")
+    ap.add_argument("--loso", action="store_true",
+                    help="honest validation: fit the physical parameters in-sample and leave-one-source-out (bench/fit.py; ~1 min per 100 rows)")
+    ap.add_argument("--loso-key", choices=("id", "publisher"), default="id",
+                    help="source of a row: its id prefix (default), or that prefix without trailing digits (trt09/trt014/trt10 -> trt)")
     a = ap.parse_args(argv)
-    if not Path(a.path).exists():
-        print(f"bench.accuracy: {a.path} does not exist", file=sys.stderr)
-        return 2
+    for p in a.path:
+        if not Path(p).exists():
+            print(f"bench.accuracy: {p} does not exist", file=sys.stderr)
+            return 2
     try:
-        rep = run(a.path)
+        rep = run(a.path, loso=a.loso, key=a.loso_key)
     except json.JSONDecodeError as e:
-        print(f"bench.accuracy: {a.path} is not JSONL: {e}", file=sys.stderr)
+        print(f"bench.accuracy: {' '.join(a.path)} is not JSONL: {e}", file=sys.stderr)
         return 2
     if a.json:
         json.dump(R.clean(rep), sys.stdout, indent=1, default=str, allow_nan=False)

@@ -32,6 +32,7 @@ import json
 import math
 import re
 import statistics
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +60,15 @@ _COUNTS = [
 
 def load(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def load_all(paths) -> list[dict]:
+    """The rows of several JSONL files, in order (``measurements.jsonl`` and
+    ``bench/data/published.jsonl`` together)."""
+    out: list[dict] = []
+    for p in paths:
+        out.extend(load(p))
+    return out
 
 
 def clean(o):
@@ -174,6 +184,7 @@ def mean_lengths(row: dict) -> tuple[float, float]:
     return float(w.get("input_len") or SHAREGPT_IN), float(w.get("output_len") or SHAREGPT_OUT)
 
 
+@lru_cache(maxsize=1024)
 def _lognormal(mean: float, sigma: float, cut: float | None):
     """A log-normal length distribution as 256 quantiles (deterministic, so every run and
     both benches see the same lengths), cut at ``cut`` and scaled so its mean is ``mean``

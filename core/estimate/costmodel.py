@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -48,8 +49,46 @@ ACTIVATION_BYTES = 2  # bf16/fp16 activations cross the all-reduce
 
 
 @lru_cache(maxsize=1)
-def calibration() -> dict:
+def _calibration_file() -> dict:
     return tomllib.loads(resources.files("core.estimate").joinpath("calibration.toml").read_text())
+
+
+_override: dict | None = None  # set only inside calibrated(...) (bench/fit.py)
+
+
+def calibration() -> dict:
+    """The efficiency factors and engine profiles: ``calibration.toml``, or inside
+    :func:`calibrated` that file with some values replaced."""
+    return _override if _override is not None else _calibration_file()
+
+
+def calibration_with(params: dict[str, float]) -> dict:
+    """``calibration.toml`` with the values named in ``params`` replaced, each named by its
+    section path and key: ``{"architecture.hopper.mfu": 0.7, "engine.vllm.step_us": 500.0}``.
+    The file and the cached table are left as they are; an unknown name is an error."""
+    base = _calibration_file()
+    out = {sec: {name: dict(tab) for name, tab in base[sec].items()} for sec in ("architecture", "engine")}
+    out.update({k: v for k, v in base.items() if k not in out})
+    for key, value in params.items():
+        sec, name, field = key.split(".")
+        if name not in out[sec]:
+            raise KeyError(f"no [{sec}.{name}] in calibration.toml")
+        out[sec][name][field] = float(value)
+    return out
+
+
+@contextmanager
+def calibrated(params: dict[str, float] | None):
+    """Within the block, every CostModel (the estimator's and the simulator's) and engine
+    profile built reads :func:`calibration_with` ``(params)`` instead of calibration.toml.
+    Objects built before keep their values. Not thread-safe (a module-level switch)."""
+    global _override
+    saved = _override
+    _override = calibration_with(params) if params else None
+    try:
+        yield _override
+    finally:
+        _override = saved
 
 
 def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:

@@ -1,0 +1,409 @@
+"""Fitting the cost model's physical parameters to measurement rows, and leave-one-source-out.
+
+    from bench import fit
+    items, skipped = fit.items(rows)                 # rows -> predictable items (+ skipped with reasons)
+    f = fit.fit(items)                               # fit on all of them (in-sample)
+    lo = fit.loso(items)                             # leave one source out
+
+What is fitted (:func:`parameters`): per GPU architecture of ``calibration.toml`` the
+efficiency factors ``mfu``, ``mfu_fp8``, ``mfu_attn``, ``bw_weights``, ``bw_kv``,
+``link_eff`` and ``allreduce_us``, and per engine profile the host overhead per step
+``step_us``. Nothing per source and nothing per row. Bounds keep each physical: fractions of
+a peak in [0.2, 1.0], ``allreduce_us`` in [1, 100] us, ``step_us`` in [20, 10000] us. A
+parameter no training row's prediction depends on (no row of that architecture or engine
+profile, or no row that exercises it: ``link_eff`` without a TP>1 row, ``mfu_fp8`` without
+an FP8 row) keeps its ``calibration.toml`` value and is listed as fixed.
+
+The objective is a robust mean of ``|log(predicted / measured)|`` over every (row, metric)
+pair the rows measure (TTFT, ITL, E2E, req/s, output tok/s), each term capped at ``log 3``
+(a row missed by more than 3x counts as 3x: a broken row should not drag the physics), and a
+row that cannot be predicted with a parameter set counts the cap on each metric.
+
+How (:func:`fit`): a coordinate pattern search in log space. For each free parameter in
+turn, multiply it by ``step`` or ``1/step`` (clipped to its bounds) and keep the move if the
+objective falls, repeating the move while it keeps falling; when a sweep over all parameters
+improves nothing, ``step`` shrinks to its square root, from 1.25 down to ~1.01. Only the rows
+that depend on a parameter (:func:`influence`, measured once by perturbing each parameter)
+are predicted again for its moves, which is what makes a fit take seconds. Why not
+``scipy.optimize`` (scipy 1.17 is in the venv): the objective is piecewise and flat in places
+(a median-like capped L1 through the predictor's scheduler logic: batch caps, compute/memory
+switches), so gradient methods stall, and scipy's derivative-free methods (Powell,
+Nelder-Mead) evaluate the whole objective at every trial point, ~10x the predictions of a
+search that re-predicts only the rows a parameter touches. The search finds a local minimum
+from the hand-set values; it is a check on them, not a global optimum.
+
+Sources (:func:`source_of`): the id prefix before the last ``-<n>`` (``trt014-07`` ->
+``trt014``). The ``source`` field is not used: one publisher's document gives several
+strings (TensorRT-LLM's perf-overview has three versions of its tables under three strings)
+and one id prefix can span several strings (llmperf's two benchmark files). The id prefix is
+the unit the data files were collected in (one table, one run set). Coarser groups
+(``--loso-key publisher`` strips trailing digits: ``trt09``/``trt014``/``trt10`` -> ``trt``,
+``infsim``/``infsim2`` -> ``infsim``) are stricter: the held-out publisher's other tables are
+left out too.
+
+The parameter overrides go through :func:`core.estimate.costmodel.calibrated`, which makes
+every CostModel and engine profile built inside it read ``calibration.toml`` with the given
+values replaced; the file itself is never edited.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+
+from bench import rows as R
+from bench.rows import METRICS
+
+ARCH_FIELDS = {
+    "mfu": (0.2, 1.0),
+    "mfu_fp8": (0.2, 1.0),
+    "mfu_attn": (0.2, 1.0),
+    "bw_weights": (0.2, 1.0),
+    "bw_kv": (0.2, 1.0),
+    "link_eff": (0.2, 1.0),
+    "allreduce_us": (1.0, 100.0),
+}
+ENGINE_FIELDS = {"step_us": (20.0, 10000.0)}
+CAP = math.log(3.0)
+
+
+def parameters() -> dict[str, tuple[float, float, float]]:
+    """Every fittable parameter as name -> (hand-set value, lower bound, upper bound); names are
+    ``architecture.<arch>.<field>`` and ``engine.<profile>.step_us`` (the keys that
+    :func:`core.estimate.costmodel.calibration_with` takes)."""
+    from core.estimate.costmodel import _calibration_file
+
+    cal = _calibration_file()
+    out = {}
+    for sec, fields in (("architecture", ARCH_FIELDS), ("engine", ENGINE_FIELDS)):
+        for name, tab in cal[sec].items():
+            for f, (lo, hi) in fields.items():
+                if f in tab:
+                    out[f"{sec}.{name}.{f}"] = (float(tab[f]), lo, hi)
+    return out
+
+
+def source_of(row: dict, key: str = "id") -> str:
+    """The row's source for leave-one-source-out: the id prefix before its last ``-<n>``
+    (``key="id"``), or that prefix without trailing digits (``key="publisher"``)."""
+    rid = str(row.get("id") or "")
+    s = re.sub(r"-\d+$", "", rid) or rid
+    if key == "publisher":
+        s = re.sub(r"\d+$", "", s) or s
+    return s
+
+
+@dataclass
+class Item:
+    row: dict
+    arch: object
+    measured: dict  # metric -> measured value (only those the row gives)
+    gpu: object = None  # the row's GPU spec (looked up once)
+
+    @property
+    def id(self) -> str:
+        return self.row["id"]
+
+
+def items(rows: list[dict]) -> tuple[list[Item], list[dict]]:
+    """The rows that can be predicted, as :class:`Item`, and the others as {"id", "reason"}
+    (:func:`bench.rows.with_config`: an unknown mode, a load mode without its load, no
+    bundled model config)."""
+    from core.catalog import get_gpu
+
+    skipped: list[dict] = []
+    out = []
+    for row, _, arch in R.with_config(rows, skipped):
+        meas = {m: v for m, v in R.measured(row).items() if v is not None and v > 0}
+        out.append(Item(row, arch, meas, get_gpu(row["gpu"])))
+    return out, skipped
+
+
+def default_predict(item: Item) -> dict:
+    from bench.accuracy import predict_knee
+
+    return predict_knee(item.row, item.arch, item.gpu)
+
+
+def predict_with(its: list[Item], params: dict[str, float] | None, predict=None) -> list[dict | None]:
+    """Each item's prediction, ``predict(item)`` (default: the estimator, as
+    ``bench.accuracy`` predicts), with ``params`` overriding calibration.toml (None where the
+    predictor refuses the row)."""
+    from core.estimate.costmodel import calibrated
+    from core.errors import KneeError
+
+    predict = predict or default_predict
+    out = []
+    with calibrated(params):
+        for it in its:
+            try:
+                out.append(predict(it))
+            except (KneeError, ValueError, ZeroDivisionError):
+                out.append(None)
+    return out
+
+
+def terms(pred: dict | None, meas: dict) -> float:
+    """The item's contribution to the objective: Σ over its measured metrics of
+    min(|log(pred/meas)|, log 3); the cap where a prediction is missing."""
+    t = 0.0
+    for m, v in meas.items():
+        p = None if pred is None else pred.get(m)
+        if p is None or not isinstance(p, (int, float)) or not math.isfinite(p) or p <= 0:
+            t += CAP
+        else:
+            t += min(abs(math.log(p / v)), CAP)
+    return t
+
+
+def _changed(a: dict | None, b: dict | None) -> bool:
+    if (a is None) != (b is None):
+        return True
+    if a is None:
+        return False
+    for m in METRICS:
+        x, y = a.get(m), b.get(m)
+        if (x is None) != (y is None):
+            return True
+        if x is not None and (not math.isfinite(x) or not math.isfinite(y) or abs(x - y) > 1e-6 * max(abs(x), abs(y), 1e-12)):
+            return True
+    return False
+
+
+def influence(its: list[Item], predict=None) -> dict[str, set[str]]:
+    """For each parameter, the ids of the items whose prediction changes when it moves (x1.5
+    and /1.5 within bounds, from the hand-set values). Architecture parameters are probed on
+    the rows of that GPU architecture only (CostModel reads its GPU's section alone; a GPU of
+    an architecture without a section reads hopper's)."""
+    from core.catalog import get_gpu
+    from core.estimate.costmodel import _calibration_file
+
+    archs = set(_calibration_file()["architecture"])
+    params = parameters()
+    base = dict(zip([it.id for it in its], predict_with(its, None, predict)))
+    gpu_arch = {}
+    for it in its:
+        a = get_gpu(it.row["gpu"]).architecture
+        gpu_arch[it.id] = a if a in archs else "hopper"
+    out: dict[str, set[str]] = {}
+    for name, (v, lo, hi) in params.items():
+        sec, sect, _ = name.split(".")
+        cand = [it for it in its if sec != "architecture" or gpu_arch[it.id] == sect]
+        hit: set[str] = set()
+        for f in (1.5, 1 / 1.5):
+            nv = min(hi, max(lo, v * f))
+            if nv == v or not cand:
+                continue
+            for it, p in zip(cand, predict_with(cand, {name: nv}, predict)):
+                if _changed(base[it.id], p):
+                    hit.add(it.id)
+        out[name] = hit
+    return out
+
+
+@dataclass
+class Fit:
+    params: dict[str, float]  # every fittable parameter: fitted, or its hand-set value
+    free: list[str]  # fitted (some training row depends on it)
+    fixed: dict[str, str]  # name -> why it kept its calibration.toml value
+    train_ids: list[str]
+    loss_start: float  # robust mean |log ratio| over the training terms, hand-set values
+    loss_end: float
+    terms: int
+    predictions: int  # predictor calls the search made
+    seconds: float
+    changed: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (hand-set, fitted)
+
+
+def fit(its: list[Item], infl: dict[str, set[str]] | None = None, predict=None, step: float = 1.25, min_step: float = 1.01,
+        max_sweeps: int = 60) -> Fit:
+    """Fit :func:`parameters` to ``its`` (see the module's docstring). ``infl`` is
+    :func:`influence` over these items or a superset (computed when not given)."""
+    t0 = time.perf_counter()
+    params = parameters()
+    infl = infl if infl is not None else influence(its, predict)
+    ids = {it.id for it in its}
+    by_id = {it.id: it for it in its}
+    x = {k: v for k, (v, _, _) in params.items()}
+    free, fixed = [], {}
+    for name in params:
+        rows = infl.get(name, set()) & ids
+        if rows:
+            free.append(name)
+        else:
+            sect = name.split(".")[1]
+            fixed[name] = f"no training row depends on it (no {sect} row exercises it)"
+    preds = dict(zip([it.id for it in its], predict_with(its, None, predict)))
+    cur = {i: terms(preds[i], by_id[i].measured) for i in ids}
+    n_terms = sum(len(it.measured) for it in its)
+    loss_start = sum(cur.values()) / max(n_terms, 1)
+    calls = len(its)
+    sweeps = 0
+    while step > min_step and sweeps < max_sweeps:
+        sweeps += 1
+        improved = False
+        for name in free:
+            lo, hi = params[name][1], params[name][2]
+            rows = [by_id[i] for i in sorted(infl[name] & ids)]
+            for f in (step, 1 / step):
+                moved = False
+                while True:
+                    nv = min(hi, max(lo, x[name] * f))
+                    if abs(nv - x[name]) <= 1e-12 * x[name]:
+                        break
+                    trial = {**x, name: nv}
+                    ps = predict_with(rows, trial, predict)
+                    calls += len(rows)
+                    new = {it.id: terms(p, it.measured) for it, p in zip(rows, ps)}
+                    if sum(new.values()) < sum(cur[i] for i in new) - 1e-9:
+                        x = trial
+                        cur.update(new)
+                        preds.update({it.id: p for it, p in zip(rows, ps)})
+                        moved = improved = True
+                    else:
+                        break
+                if moved:
+                    break
+        if not improved:
+            step = math.sqrt(step)
+    loss_end = sum(cur.values()) / max(n_terms, 1)
+    return Fit(
+        params=x, free=free, fixed=fixed, train_ids=sorted(ids), loss_start=loss_start, loss_end=loss_end, terms=n_terms,
+        predictions=calls, seconds=time.perf_counter() - t0,
+        changed={k: (params[k][0], x[k]) for k in free if abs(x[k] - params[k][0]) > 1e-9 * params[k][0]},
+    )
+
+
+@dataclass
+class Fold:
+    source: str
+    held_ids: list[str]
+    fit: Fit
+    predictions: dict[str, dict | None]  # held-out id -> prediction with the fold's parameters
+
+
+def loso(its: list[Item], key: str = "id", infl: dict[str, set[str]] | None = None, predict=None, predict_held=None,
+         held_filter=None) -> list[Fold]:
+    """Leave one source out: for each source (:func:`source_of`), fit on every other
+    source's items and predict the held-out source's items with that fit. ``predict_held``
+    (default: the fit's predictor) predicts the held-out rows, e.g. the simulator;
+    ``held_filter(item)`` limits which held-out items are predicted (a fold with none is not
+    fitted). A fold's ``fit.train_ids`` never contains one of its ``held_ids``."""
+    infl = infl if infl is not None else influence(its, predict)
+    sources = sorted({source_of(it.row, key) for it in its})
+    folds = []
+    for s in sources:
+        held = [it for it in its if source_of(it.row, key) == s]
+        train = [it for it in its if source_of(it.row, key) != s]
+        target = [it for it in held if held_filter is None or held_filter(it)]
+        if not target:
+            continue
+        f = fit(train, infl, predict)
+        held_ids = {it.id for it in held}
+        assert not held_ids & set(f.train_ids), "a held-out row is in its fold's training set"
+        preds = predict_with(target, f.params, predict_held or predict)
+        folds.append(Fold(s, sorted(held_ids), f, {it.id: p for it, p in zip(target, preds)}))
+    return folds
+
+
+def fit_summary(f: Fit) -> dict:
+    """A Fit as plain JSON data."""
+    return {
+        "params": f.params, "free": f.free, "fixed": f.fixed, "changed": {k: list(v) for k, v in f.changed.items()},
+        "train_ids": f.train_ids, "loss_start": f.loss_start, "loss_end": f.loss_end, "terms": f.terms,
+        "predictions": f.predictions, "seconds": round(f.seconds, 2),
+    }
+
+
+# ---- the comparison both harnesses print: hand-set in-sample, fitted in-sample, LOSO ----
+
+COLUMNS = (("hand_set", "hand-set, in-sample"), ("fitted", "fitted, in-sample"), ("loso", "LOSO (held out)"))
+OVERFIT_PTS = 5.0
+
+
+def _gap(fitted: dict, held: dict) -> dict:
+    return {m: (None if fitted[m] is None or held[m] is None else round(100 * (held[m] - fitted[m]), 1)) for m in METRICS}
+
+
+def compare(results: list[dict], apes: dict[str, str], groups: tuple = (("by_gpu", "gpu"), ("by_engine", "engine_name"), ("by_source", "source"))) -> dict:
+    """Median APEs per metric (with counts) for each column of :data:`COLUMNS` (``apes`` maps
+    a column to the result key holding its APEs), overall and per group; ``gap`` is LOSO
+    minus fitted in-sample in percentage points, and ``overfit`` names the metrics where it
+    exceeds :data:`OVERFIT_PTS`."""
+
+    def block(sub):
+        b = {col: R.median_apes(sub, key) for col, key in apes.items()}
+        b["gap_pts"] = _gap(b["fitted"], b["loso"])
+        b["overfit"] = [m for m, g in b["gap_pts"].items() if g is not None and g > OVERFIT_PTS]
+        return b
+
+    out = {"rows": len(results), **block(results)}
+    for group, fieldname in groups:
+        out[group] = {}
+        for k in sorted({str(r.get(fieldname)) for r in results}):
+            sub = [r for r in results if str(r.get(fieldname)) == k]
+            out[group][k] = {"rows": len(sub), **block(sub)}
+    return out
+
+
+def param_table(full: Fit, folds: list[Fold]) -> dict:
+    """name -> hand-set value, fitted on all rows, and the range over the LOSO folds (for
+    the parameters some fit moved)."""
+    hand = {k: v for k, (v, _, _) in parameters().items()}
+    out = {}
+    for k, v in hand.items():
+        vals = [f.fit.params[k] for f in folds if k in f.fit.free]
+        if k not in full.free and not vals:
+            continue
+        out[k] = {
+            "hand_set": v, "fitted": full.params[k], "free": k in full.free,
+            "loso_min": min(vals) if vals else None, "loso_max": max(vals) if vals else None, "loso_folds_free": len(vals),
+        }
+    return out
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def format_compare(h: dict, params: dict | None = None) -> list[str]:
+    """The text table of :func:`compare` (and :func:`param_table`)."""
+    from bench.rows import LABELS
+
+    lines = ["Median APE (rows)                   " + "".join(f"{LABELS[m]:>13}" for m in METRICS)]
+    for col, title in COLUMNS:
+        lines.append(f"  {title:34}" + "".join(f"{_pct(h[col][m]):>8} ({h[col][m + '_n']:>3})" for m in METRICS))
+    lines.append(f"  {'gap LOSO - fitted (points)':34}" + "".join(
+        f"{'-' if g is None else f'{g:+.0f}':>8}{' OVERFIT' if m in h['overfit'] else '      '}" for m, g in h["gap_pts"].items()))
+    for group, title in (("by_gpu", "GPU"), ("by_engine", "engine"), ("by_source", "held-out source")):
+        if group not in h:
+            continue
+        lines.append(f"By {title}: hand-set / fitted / LOSO median APE, '!' = LOSO more than {OVERFIT_PTS:.0f} points above fitted")
+        for k, v in h[group].items():
+            cells = []
+            for m in METRICS:
+                n = v["loso"][m + "_n"]
+                if not n:
+                    cells.append(f"{LABELS[m]} -")
+                    continue
+                flag = "!" if m in v["overfit"] else ""
+                cells.append(f"{LABELS[m]} {_pct(v['hand_set'][m])}/{_pct(v['fitted'][m])}/{_pct(v['loso'][m])}{flag} ({n})")
+            lines.append(f"  {k:16} {v['rows']:>3} rows  " + "  ".join(cells))
+    if params:
+        lines.append("Parameters: hand-set (calibration.toml) -> fitted on all rows [range over the LOSO folds that fitted it]")
+        for k, p in params.items():
+            rng = f"[{p['loso_min']:.3g}..{p['loso_max']:.3g} in {p['loso_folds_free']} folds]" if p["loso_folds_free"] else "[fixed in every fold]"
+            lines.append(f"  {k:36} {p['hand_set']:>8.3g} -> {p['fitted']:<8.3g}{'' if p['free'] else ' (fixed)'} {rng}")
+    return lines
+
+
+def summary_part(h: dict) -> str:
+    """The LOSO and fitted in-sample medians for a harness's SUMMARY line."""
+    from bench.rows import LABELS
+
+    fit_ = ", ".join(f"{LABELS[m]} {_pct(h['fitted'][m])}" for m in METRICS)
+    lo = ", ".join(f"{LABELS[m]} {_pct(h['loso'][m])}" for m in METRICS)
+    over = f" (overfit > {OVERFIT_PTS:.0f} pts: {', '.join(LABELS[m] for m in h['overfit'])})" if h["overfit"] else ""
+    return f"fitted in-sample: {fit_} | LOSO: {lo}{over}"
