@@ -123,3 +123,38 @@ def test_report_api_for_the_tui():
     json.dumps(rep.as_dict())
     with pytest.raises(BadInput):
         estimate(model="Qwen/Qwen3-4B", gpu="L4", num_gpus=3, tp=3)  # 32 heads do not split over 3
+
+
+QWEN3_4B = Path("/work/shared/model-configs/Qwen--Qwen3-4B.json")
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"num_attention_heads": 0}, "num_attention_heads = 0, must be a positive integer"),
+        ({"num_attention_heads": 0, "head_dim": None}, "num_attention_heads = 0, must be a positive integer"),
+        ({"num_key_value_heads": 0}, "num_key_value_heads = 0, must be a positive integer"),
+        ({"num_key_value_heads": 5}, "num_key_value_heads = 5 must divide num_attention_heads = 32"),
+        ({"hidden_size": -2560}, "hidden_size = -2560, must be a positive integer"),
+        ({"num_hidden_layers": 0}, "num_hidden_layers = 0, must be a positive integer"),
+        ({"head_dim": 0}, "head_dim = 0, must be a positive integer"),
+        ({"vocab_size": "lots"}, 'vocab_size = "lots" is not an integer'),
+        ({"intermediate_size": 0}, "intermediate_size = 0, must be a positive integer"),
+        ({"num_hidden_layers": None}, "lacks num_hidden_layers"),
+    ],
+)
+def test_impossible_architecture_in_config_json_is_one_line(tmp_path, change, needle):
+    cfg = json.loads(QWEN3_4B.read_text()) if QWEN3_4B.exists() else None
+    if cfg is None:
+        pytest.skip("shared model configs not present")
+    for k, v in change.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = knee("estimate", "--model", str(tmp_path), "--instance", "ml.g6.12xlarge")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "config.json" in lines[0], r.stderr

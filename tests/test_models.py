@@ -77,3 +77,23 @@ def test_bad_models(tmp_path, monkeypatch):
         load_model(str(tmp_path))
     with pytest.raises(BadInput, match="unknown precision"):
         load_model("Qwen/Qwen3-4B", precision="fp3")
+
+
+def test_moe_and_window_counts_are_checked():
+    from core.catalog.models import arch_from_config
+
+    base = {"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 1000}
+    assert arch_from_config(dict(base), "ok").head_dim == 64
+    with pytest.raises(BadInput, match="hidden_size = 4 is smaller than num_attention_heads = 8 and there is no head_dim"):
+        arch_from_config({**base, "hidden_size": 4}, "tiny")  # hidden // heads = 0 was a head_dim of 0
+    assert arch_from_config({**base, "sliding_window": None}, "ok").sliding_window is None
+    assert arch_from_config({**base, "sliding_window": False}, "ok").sliding_window is None
+    # A MoE with step 0 divided by zero; more experts per token than experts made no sense.
+    with pytest.raises(BadInput, match="decoder_sparse_step = 0, must be a positive integer"):
+        arch_from_config({**base, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 0}, "moe")
+    with pytest.raises(BadInput, match="num_experts_per_tok = 9 is more than the 8 experts"):
+        arch_from_config({**base, "num_experts": 8, "num_experts_per_tok": 9}, "moe")
+    with pytest.raises(BadInput, match="num_experts = -1, must be at least 0"):
+        arch_from_config({**base, "num_experts": -1}, "moe")
+    with pytest.raises(BadInput, match="sliding_window = -4"):
+        arch_from_config({**base, "sliding_window": -4, "layer_types": ["sliding_attention"] * 4}, "win")

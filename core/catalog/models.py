@@ -77,12 +77,13 @@ def _read_local(path: Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise BadInput(f"{cfg_file} does not hold a JSON object")
     inner = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
-    if not any(k in inner for k in ("hidden_size", "n_embd", "d_model")):
-        # AutoConfig would fill the gaps with the class defaults (a 7B Llama); refuse instead.
-        raise BadInput(
-            f"config for {str(path)!r} lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
-            "is it a decoder-only language model's config.json?",
-        )
+    # AutoConfig would fill the gaps with the class defaults (a 7B Llama); refuse instead.
+    for keys in (("hidden_size", "n_embd", "d_model"), ("num_hidden_layers", "n_layer", "num_layers"), ("num_attention_heads", "n_head"), ("vocab_size",)):
+        if not any(inner.get(k) is not None for k in keys):
+            raise BadInput(
+                f"config for {str(path)!r} lacks {keys[0]} (one of hidden_size, num_hidden_layers, num_attention_heads, vocab_size)",
+                "is it a decoder-only language model's config.json?",
+            )
     try:
         return _autoconfig(str(cfg_file.parent), local_only=True)
     except Exception:
@@ -164,53 +165,86 @@ def _quantization(cfg: dict[str, Any], precision: str | None) -> Quantization:
     return Quantization(method=dtype, scope="all")
 
 
+class _Fields:
+    """Reads a config's integer fields, refusing what would make no model: a missing
+    required field, a non-integer, zero or a negative count (one line naming the field)."""
+
+    def __init__(self, cfg: dict[str, Any], name: str):
+        self.cfg = cfg
+        self.name = name
+
+    def bad(self, what: str) -> BadInput:
+        return BadInput(f"config for {self.name!r}: {what}", "fix the model's config.json")
+
+    def get(self, *keys: str, default: Any = None, required: bool = False, minimum: int = 1) -> Any:
+        key = next((k for k in keys if self.cfg.get(k) is not None), None)
+        if key is None:
+            if required:
+                raise BadInput(
+                    f"config for {self.name!r} lacks {keys[0]}" + (f" (or {', '.join(keys[1:])})" if keys[1:] else ""),
+                    "is it a decoder-only language model's config.json?",
+                )
+            return default
+        v = self.cfg[key]
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.bad(f"{key} = {json.dumps(v, default=str)[:60]} is not an integer")
+        if v < minimum:
+            raise self.bad(f"{key} = {v}, must be {'a positive integer' if minimum == 1 else f'at least {minimum}'}")
+        return v
+
+
 def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = None) -> ModelArch:
     """Build a :class:`ModelArch` from a HF config dict; raises :class:`BadInput` when the
     fields that decide memory and speed are missing."""
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM inside
         outer_q = cfg.get("quantization_config")
         cfg = {**cfg["text_config"], **({"quantization_config": outer_q} if outer_q else {})}
-    try:
-        hidden = int(_get(cfg, "hidden_size", "n_embd", "d_model"))
-        layers = int(_get(cfg, "num_hidden_layers", "n_layer", "num_layers"))
-        heads = int(_get(cfg, "num_attention_heads", "n_head"))
-        vocab = int(_get(cfg, "vocab_size"))
-    except (TypeError, ValueError):
-        raise BadInput(
-            f"config for {name!r} lacks hidden_size, num_hidden_layers, num_attention_heads or vocab_size",
-            "is it a decoder-only language model's config.json?",
-        ) from None
-    kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
+    num = _Fields(cfg, name)
+    hidden = num.get("hidden_size", "n_embd", "d_model", required=True)
+    layers = num.get("num_hidden_layers", "n_layer", "num_layers", required=True)
+    heads = num.get("num_attention_heads", "n_head", required=True)
+    vocab = num.get("vocab_size", required=True)
+    kv_heads = num.get("num_key_value_heads", "num_kv_heads", default=heads)
     if cfg.get("multi_query"):
         kv_heads = 1
-    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
-    inter = int(_get(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden))
+    if heads % kv_heads:
+        raise num.bad(f"num_key_value_heads = {kv_heads} must divide num_attention_heads = {heads}")
+    if "head_dim" not in cfg or cfg["head_dim"] is None:
+        if hidden < heads:
+            raise num.bad(f"hidden_size = {hidden} is smaller than num_attention_heads = {heads} and there is no head_dim")
+    head_dim = num.get("head_dim", default=hidden // heads)
+    inter = num.get("intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden)
     model_type = str(cfg.get("model_type", "unknown"))
     act = str(_get(cfg, "hidden_act", "activation_function", default="silu")).lower()
     gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2", "gemma3_text")
 
-    experts = int(_get(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
-    top_k = int(_get(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) or 0)
-    moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter) or inter)
-    shared = int(_get(cfg, "shared_expert_intermediate_size", default=0) or 0)
+    experts = num.get("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
+    top_k = num.get("num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0)
+    if experts and top_k > experts:
+        raise num.bad(f"num_experts_per_tok = {top_k} is more than the {experts} experts")
+    moe_inter = num.get("moe_intermediate_size", default=inter, minimum=0) or inter
+    shared = num.get("shared_expert_intermediate_size", default=0, minimum=0)
     if cfg.get("n_shared_experts"):
-        shared = int(cfg["n_shared_experts"]) * moe_inter
+        shared = num.get("n_shared_experts", minimum=0) * moe_inter
     moe_layers: tuple[int, ...] = ()
     if experts > 0 and top_k > 0:
-        step = int(cfg.get("decoder_sparse_step") or 1)
+        step = num.get("decoder_sparse_step", default=1)
         dense_only = set(cfg.get("mlp_only_layers") or [])
-        first_dense = int(cfg.get("first_k_dense_replace") or 0)
+        first_dense = num.get("first_k_dense_replace", default=0, minimum=0)
         moe_layers = tuple(
             i for i in range(layers) if i >= first_dense and i not in dense_only and (i + 1) % step == 0
         )
 
-    window = cfg.get("sliding_window")
+    # null/false/0 mean no window (seen in real configs); anything else must be a count.
+    window = None if cfg.get("sliding_window") in (None, False, 0) else num.get("sliding_window")
     sliding: tuple[int, ...] = ()
     layer_types = cfg.get("layer_types")
     if window and isinstance(layer_types, list):
         sliding = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))
     elif window and cfg.get("use_sliding_window", True) and model_type in ("mistral", "mixtral"):
-        max_win = int(cfg.get("max_window_layers") or layers)
+        max_win = num.get("max_window_layers", default=layers, minimum=0) or layers
         sliding = tuple(range(min(max_win, layers)))
     if not sliding:
         window = None
@@ -227,7 +261,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
             head_dim=head_dim,
             intermediate_size=inter,
             vocab_size=vocab,
-            max_position_embeddings=int(_get(cfg, "max_position_embeddings", "n_positions", "seq_length", default=4096)),
+            max_position_embeddings=num.get("max_position_embeddings", "n_positions", "seq_length", default=4096),
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             gated_mlp=gated,
             attention_bias=bool(cfg.get("attention_bias", False)),
