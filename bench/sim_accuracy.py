@@ -1,6 +1,6 @@
 """How close the simulator comes to published online-serving measurements.
 
-    .venv/bin/python bench/sim_accuracy.py [PATH] [--json] [--exclude-overloaded]
+    .venv/bin/python bench/sim_accuracy.py [PATH ...] [--json] [--exclude-overloaded] [--loso [--loso-key id|publisher]]
 
 PATH defaults to ``shared/calibration/measurements.jsonl``. Only the rows that describe
 online serving (``online-concurrency``: closed loop; ``online-rate``: open loop) are used:
@@ -9,7 +9,16 @@ concurrency or request rate, no bundled model config) is listed as skipped with 
 and the rest go on. With ``--json`` stdout holds one JSON document and nothing else. Each is simulated by :func:`core.simulate.simulate`
 and compared with what was measured; the report prints simulated against measured per row
 and the median absolute percentage error (APE) per metric. Acceptance (issue 5): median APE
-<= 20% on req/s and output tok/s, <= 30% on TTFT.
+<= 20% on req/s and output tok/s, <= 30% on TTFT. Several PATHs are read together. The last
+line is a one-line SUMMARY.
+
+With ``--loso`` (issue 11, honest validation): the cost model's physical parameters are
+fitted on the analytic estimator (:mod:`bench.fit`; a fit through the simulator would cost a
+simulation per row per trial), on every row of the file(s) (in-sample) and, per source (id
+prefix), on the other sources' rows; the simulator is then run with each set, and the report
+sets the hand-set, fitted in-sample and LOSO median APEs side by side per metric, GPU,
+engine and held-out source, flagging a LOSO median more than 5 points above the in-sample
+one. The product's predictions are unchanged: the fits only apply inside the bench.
 
 How a row becomes a simulation (the same for every row; nothing is fitted per row):
 
@@ -97,10 +106,12 @@ def simulate_row(row: dict):
     }, res
 
 
-def run(path: Path, exclude_overloaded: bool = False) -> dict:
+def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "id") -> dict:
+    """The report over the online rows of ``path`` (a JSONL path or a list of them); with
+    ``loso`` the honest validation too (:func:`honest`)."""
     from core.errors import KneeError
 
-    rows = R.load(path)
+    rows = R.load_all([path] if isinstance(path, (str, Path)) else path)
     online = [r for r in rows if (r.get("workload") or {}).get("mode") in ("online-concurrency", "online-rate")]
     results, skipped = [], []
     for row, _, _ in R.with_config(online, skipped):
@@ -119,6 +130,7 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
             "gpu": row["gpu"],
             "tp": row.get("tp"),
             "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
+            "engine_name": row.get("engine"),
             "mode": row["workload"]["mode"],
             "measured": meas,
             "simulated": sim,
@@ -132,7 +144,7 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
     # Below saturation an open-loop run's throughput is its offered rate, which any
     # simulator gets right; the rows where the engine decides it are the telling ones.
     hard = R.median_apes([r for r in results if r["mode"] == "online-concurrency" or r["overloaded"]], "ape")
-    return {
+    out = {
         "rows_online": len(online),
         "simulated": sum(1 for r in results if r["simulated"]),
         "skipped": skipped,
@@ -141,6 +153,74 @@ def run(path: Path, exclude_overloaded: bool = False) -> dict:
         "median_ape_engine_bound": hard,
         "simulated_label": "every predicted figure here is simulated",
     }
+    if loso:
+        out["honest"] = honest(rows, results, key)
+    out["summary_line"] = summary_line(out)
+    return out
+
+
+def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
+    """Issue 11's honest validation on the simulator, with the parameters fitted on the
+    *estimator* (:mod:`bench.fit`; a fit through the simulator would cost a simulation per
+    row per trial, hours on this box): fitted on every row of the file(s), all modes
+    (in-sample), and per source on the other sources' rows, that fold's parameters then
+    applied to the simulation of the held-out source's online rows (leave-one-source-out).
+    Adds ``simulated_fitted``/``ape_fitted``, ``simulated_loso``/``ape_loso`` and ``source``
+    to each result."""
+    from bench import fit
+    from core.estimate.costmodel import calibrated
+    from core.errors import KneeError
+
+    t0 = time.perf_counter()
+    its, _ = fit.items(rows)
+    infl = fit.influence(its)
+    full = fit.fit(its, infl)
+    by_id = {it.id: it for it in its}
+    ids = {r["id"] for r in results}
+
+    def sim(it):
+        return simulate_row(it.row)[0]
+
+    folds = fit.loso(its, key, infl, predict_held=sim, held_filter=lambda it: it.id in ids)
+    held = {i: (f.source, p) for f in folds for i, p in f.predictions.items()}
+    with calibrated(full.params):
+        for r in results:
+            try:
+                p = simulate_row(by_id[r["id"]].row)[0]
+            except KneeError:
+                p = None
+            src, q = held[r["id"]]
+            r["source"] = src
+            r["simulated_fitted"], r["simulated_loso"] = p or {}, q or {}
+            r["ape_fitted"] = {m: ape((p or {}).get(m), r["measured"][m]) for m in METRICS}
+            r["ape_loso"] = {m: ape((q or {}).get(m), r["measured"][m]) for m in METRICS}
+    h = fit.compare(results, {"hand_set": "ape", "fitted": "ape_fitted", "loso": "ape_loso"})
+    for f in folds:
+        h["by_source"][f.source]["train_rows"] = len(f.fit.train_ids)
+    h.update({
+        "key": key,
+        "sources": len(folds),
+        "method": "parameters fitted on the estimator over all rows (coordinate pattern search, bench/fit.py), applied to the simulator",
+        "seconds": round(time.perf_counter() - t0, 1),
+        "params": fit.param_table(full, [f for f in folds]),
+        "fit": fit.fit_summary(full),
+        "folds": [{"source": f.source, "held_ids": f.held_ids, **fit.fit_summary(f.fit)} for f in folds],
+    })
+    return h
+
+
+def summary_line(out: dict) -> str:
+    med = out["median_ape"]
+    line = (
+        "SUMMARY simulator median APE (hand-set calibration): "
+        + ", ".join(f"{LABELS[m]} {'-' if med[m] is None else f'{100 * med[m]:.0f}%'}" for m in METRICS)
+        + f" on {out['simulated']} online rows ({len(out['skipped'])} skipped)"
+    )
+    if "honest" in out:
+        from bench import fit
+
+        line += " | " + fit.summary_part(out["honest"])
+    return line
 
 
 def _fmt(v, m):
@@ -155,17 +235,22 @@ def _fmt(v, m):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sim_accuracy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("path", nargs="?", default=str(DEFAULT))
+    ap.add_argument("path", nargs="*", default=[str(DEFAULT)], help="JSONL files, read together (default: measurements.jsonl)")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout, nothing else")
     ap.add_argument("--exclude-overloaded", action="store_true", help="skip rows the source marks overloaded")
+    ap.add_argument("--loso", action="store_true",
+                    help="honest validation: estimator-fitted parameters (in-sample and leave-one-source-out) applied to the simulator")
+    ap.add_argument("--loso-key", choices=("id", "publisher"), default="id",
+                    help="source of a row: its id prefix (default), or that prefix without trailing digits")
     args = ap.parse_args(argv)
-    if not Path(args.path).exists():
-        print(f"bench.sim_accuracy: {args.path} does not exist", file=sys.stderr)
-        return 2
+    for p in args.path:
+        if not Path(p).exists():
+            print(f"bench.sim_accuracy: {p} does not exist", file=sys.stderr)
+            return 2
     try:
-        out = run(Path(args.path), args.exclude_overloaded)
+        out = run([Path(p) for p in args.path], args.exclude_overloaded, args.loso, args.loso_key)
     except json.JSONDecodeError as e:
-        print(f"bench.sim_accuracy: {args.path} is not JSONL: {e}", file=sys.stderr)
+        print(f"bench.sim_accuracy: {' '.join(args.path)} is not JSONL: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(R.clean(out), indent=2, allow_nan=False))
@@ -198,6 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     for m in METRICS:
         v = hard[m]
         print(f"median APE {LABELS[m]:<10} {'-' if v is None else f'{v * 100:5.1f}%'}  over {hard[m + '_n']} rows")
+    if "honest" in out:
+        from bench import fit
+
+        h = out["honest"]
+        print()
+        print(f"Honest validation (issue 11) on the simulator: {h['method']}; leave-one-source-out over the {h['sources']} sources "
+              f"with online rows (source = {'id prefix' if h['key'] == 'id' else 'id prefix without trailing digits'}); {h['seconds']:.0f} s")
+        for ln in fit.format_compare(h, h["params"]):
+            print(ln)
+    print(out["summary_line"])
     return 0
 
 
