@@ -1,0 +1,124 @@
+"""Issue 11's honest validation (bench/fit.py, ``--loso`` in both accuracy benches): a
+held-out source's rows are never in the fit that predicts them, the LOSO report has every
+metric, rows that cannot be predicted are listed, and fitting leaves calibration.toml's
+values in force outside the bench."""
+
+import json
+
+import pytest
+
+# llmperf-05 of shared/calibration/measurements.jsonl (Llama-3-8B on an A10G, vLLM 0.4.3, closed loop).
+GOOD = {
+    "id": "good-1", "source": "llmperf test row", "model": "meta-llama/Meta-Llama-3-8B-Instruct", "gpu": "A10G",
+    "num_gpus": 1, "tp": 1, "replicas": 1, "engine": "vllm", "engine_version": "0.4.3", "precision": "bf16",
+    "kv_dtype": "auto",
+    "workload": {"input_len": 550, "output_len": 177.1, "dataset": "other", "concurrency": 16, "request_rate": None,
+                 "batch_size": None, "mode": "online-concurrency"},
+    "metrics": {"ttft_ms": 302.75, "itl_ms": None, "e2e_s": None, "req_per_s": 1.6368, "output_tok_per_s": 289.87},
+    "stat": "mean", "notes": "llmperf closed-loop fixed concurrency",
+}
+
+
+def _row(id_, **workload):
+    return {**GOOD, "id": id_, "workload": {**GOOD["workload"], **workload}}
+
+
+ROWS = [
+    {**_row("srca-1", concurrency=16), "source": "source A :: table 1"},
+    {**_row("srca-2", concurrency=4), "source": "source A :: table 1"},
+    {**_row("srcb-1", concurrency=8), "source": "source B"},
+    {**_row("srcb-2", concurrency=32), "source": "source B",
+     "metrics": {**GOOD["metrics"], "itl_ms": 40.0, "e2e_s": 7.0}},
+    {**_row("srcc-1", concurrency=None), "source": "source C"},  # unpredictable: no concurrency
+]
+
+
+@pytest.fixture
+def rows_path(tmp_path):
+    p = tmp_path / "rows.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return p
+
+
+def test_source_is_the_id_prefix():
+    from bench.fit import source_of
+
+    assert source_of({"id": "trt014-07"}) == "trt014"
+    assert source_of({"id": "trt014-07"}, "publisher") == "trt"
+    assert source_of({"id": "infsim2-3"}, "publisher") == "infsim"
+
+
+def test_held_out_rows_are_never_fitted_on_and_unpredictable_rows_are_listed():
+    from bench import fit
+    from core.estimate.costmodel import _calibration_file, calibration
+
+    its, skipped = fit.items(ROWS)
+    assert [s["id"] for s in skipped] == ["srcc-1"] and "without a concurrency" in skipped[0]["reason"]
+    folds = fit.loso(its)
+    assert [f.source for f in folds] == ["srca", "srcb"]
+    for f in folds:
+        assert set(f.held_ids) == {it.id for it in its if it.id.startswith(f.source)}
+        assert not set(f.held_ids) & set(f.fit.train_ids)
+        assert set(f.fit.train_ids) == {it.id for it in its} - set(f.held_ids)
+        assert set(f.predictions) == set(f.held_ids)
+        # only the A10G's (ampere) and vLLM legacy's parameters can move; the rest keep their values
+        assert all(k.startswith(("architecture.ampere.", "engine.vllm-legacy.")) for k in f.fit.free)
+        assert f.fit.fixed["architecture.hopper.mfu"]
+        for k, (v, lo, hi) in fit.parameters().items():
+            assert lo <= f.fit.params[k] <= hi
+    assert calibration() is _calibration_file()  # nothing left overridden
+
+
+def test_calibrated_overrides_only_inside_the_block():
+    from bench import fit
+    from core.estimate.costmodel import calibrated, calibration
+
+    its, _ = fit.items(ROWS[:1])
+    base = fit.predict_with(its, None)[0]
+    slow = fit.predict_with(its, {"architecture.ampere.bw_weights": 0.4, "engine.vllm-legacy.step_us": 8000.0})[0]
+    assert slow["output_tok_per_s"] < base["output_tok_per_s"]
+    assert fit.predict_with(its, None)[0] == base
+    with calibrated({"architecture.ampere.mfu": 0.3}):
+        assert calibration()["architecture"]["ampere"]["mfu"] == 0.3
+    assert calibration()["architecture"]["ampere"]["mfu"] == 0.65
+    with pytest.raises(KeyError):
+        with calibrated({"architecture.nosuch.mfu": 0.5}):
+            pass
+
+
+def test_accuracy_loso_json_has_every_metric_and_lists_skipped(rows_path, capsys):
+    from bench import accuracy
+    from bench.rows import METRICS
+
+    assert accuracy.main([str(rows_path), "--loso", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)  # one document
+    assert [s["id"] for s in rep["skipped"]] == ["srcc-1"]
+    h = rep["honest"]
+    for col in ("hand_set", "fitted", "loso"):
+        assert set(METRICS) <= set(h[col]) and all(m + "_n" in h[col] for m in METRICS)
+    assert h["loso"]["req_per_s_n"] == 4 and set(h["by_source"]) == {"srca", "srcb"}
+    for f in h["folds"]:
+        assert not set(f["held_ids"]) & set(f["train_ids"])
+    for r in rep["rows"]:
+        assert set(r["ape_loso"]) == set(METRICS) and r["knee_loso"]["req_per_s"] > 0
+    line = rep["summary"]["line"]
+    assert "fitted in-sample:" in line and "LOSO:" in line
+
+    assert accuracy.main([str(rows_path), str(rows_path), "--loso", "--quiet"]) == 0  # two files read together
+    text = capsys.readouterr().out
+    assert "srcc-1: online-concurrency row without a concurrency" in text
+    assert "LOSO (held out)" in text and text.rstrip().splitlines()[-1].startswith("SUMMARY")
+
+
+def test_sim_accuracy_loso(rows_path, capsys):
+    from bench import sim_accuracy
+    from bench.rows import METRICS
+
+    assert sim_accuracy.main([str(rows_path), "--loso", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [s["id"] for s in rep["skipped"]] == ["srcc-1"]
+    h = rep["honest"]
+    assert set(METRICS) <= set(h["loso"]) and h["loso"]["req_per_s_n"] == 4
+    for f in h["folds"]:
+        assert not set(f["held_ids"]) & set(f["train_ids"])
+    assert "LOSO:" in rep["summary_line"]
