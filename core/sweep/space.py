@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import BadInput
+from pydantic import ValidationError
+
+from core.errors import BadInput, bad_input_from
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.study import SweepSpec, canonical_json, make_point_id
 from core.spec.workload import LengthDist, Workload
@@ -66,8 +68,10 @@ def server_config(model: str, server_args: dict[str, Any]) -> ServerConfig:
         extra.pop("disable_radix_cache", None)
     try:
         return ServerConfig(model=model, extra_args=extra, **fields)
-    except Exception as e:
-        raise BadInput(f"server args {server_args} do not make a valid configuration: {e}") from None
+    except ValidationError as e:
+        # Name the argument as the user typed it (tensor_parallel_size, not tp).
+        names = {f: n for n, f in _SERVER_FIELDS.items() if n in server_args}
+        raise bad_input_from(e, "server arg ", names, ServerConfig) from None
 
 
 def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, LoadPoint]:
@@ -78,8 +82,10 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         raise BadInput(f"dataset_name {dataset!r} is not supported", "use random, random-ids, sharegpt or generated-shared-prefix")
     isl = int(c.get("random_input_len", spec.input_len))
     osl = int(c.get("random_output_len", c.get("sharegpt_output_len", spec.output_len)))
-    if isl < 1 or osl < 1:
-        raise BadInput("random_input_len and random_output_len must be at least 1")
+    if isl < 1:
+        raise BadInput(f"input length must be at least 1, got {isl}", "set client arg random_input_len or --input-len")
+    if osl < 1:
+        raise BadInput(f"output length must be at least 1, got {osl}", "set client arg random_output_len or --output-len")
     ratio = c.get("random_range_ratio")
     if ratio is None or ratio >= 1.0:
         inp, out = LengthDist.of(isl), LengthDist.of(osl)
@@ -95,21 +101,28 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         out = LengthDist(kind="uniform", mean=max(1.0, osl * (1 + ratio) / 2), range_ratio=r)
     ds = {"random": "random", "random-ids": "random", "sharegpt": "sharegpt", "generated-shared-prefix": "shared-prefix"}[dataset]
     num_prompts = int(c.get("num_prompts", 1000))
-    workload = Workload(
-        input=inp,
-        output=out,
-        dataset=ds,
-        dataset_path=c.get("dataset_path"),
-        shared_prefix_len=int(c.get("gsp_system_prompt_len", 0)) if ds == "shared-prefix" else 0,
-        num_prompts=num_prompts,
-        warmup=int(c.get("warmup_requests", spec.warmup)),
-        seed=int(c.get("seed", spec.seed)),
-    )
+    try:
+        workload = Workload(
+            input=inp,
+            output=out,
+            dataset=ds,
+            dataset_path=c.get("dataset_path"),
+            shared_prefix_len=int(c.get("gsp_system_prompt_len", 0)) if ds == "shared-prefix" else 0,
+            num_prompts=num_prompts,
+            warmup=int(c.get("warmup_requests", spec.warmup)),
+            seed=int(c.get("seed", spec.seed)),
+        )
+    except ValidationError as e:
+        raise bad_input_from(e, "client arg ", _WORKLOAD_ARGS, Workload) from None
     rate = c.get("request_rate")
     if rate is not None and (rate == float("inf") or (isinstance(rate, float) and math.isinf(rate))):
         rate = None
     conc = c.get("max_concurrency")
-    if conc is not None and conc < 1:
+    if conc is not None and conc < 0:
+        # Not "no limit": a negative cap is a typo, and running it unbounded would measure
+        # something nobody asked for.
+        raise BadInput(f"client arg max_concurrency must be at least 1 (or 0 for no limit), got {conc}")
+    if conc == 0:
         # llm-optimizer's estimate emits max_concurrency=0 meaning unlimited; closed loop
         # over every prompt is the same thing.
         conc = num_prompts
@@ -124,9 +137,21 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
             num_prompts=num_prompts,
             duration_s=c.get("duration_s"),
         )
-    except Exception as e:
-        raise BadInput(f"client args {client_args} do not make a valid load point: {e}") from None
+    except ValidationError as e:
+        raise bad_input_from(e, "client arg ", _LOAD_ARGS, LoadPoint) from None
     return workload, load
+
+
+# Workload / LoadPoint field → the client arg that sets it (for one-line errors).
+_WORKLOAD_ARGS = {
+    "num_prompts": "num_prompts", "warmup": "warmup_requests", "seed": "seed",
+    "shared_prefix_len": "gsp_system_prompt_len", "dataset_path": "dataset_path",
+    "input": "random_input_len", "output": "random_output_len",
+}
+_LOAD_ARGS = {
+    "concurrency": "max_concurrency", "request_rate": "request_rate", "arrival": "arrival",
+    "burstiness": "burstiness", "num_prompts": "num_prompts", "duration_s": "duration_s",
+}
 
 
 @dataclass

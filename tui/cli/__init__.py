@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+
     from core.errors import KneeError
 
     parser = build_parser()
@@ -45,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     except KneeError as e:
         print(f"knee: error: {e}", file=sys.stderr)
         return e.exit_code
+    except ValidationError as e:
+        # User input that reached a typed model unchecked: one line (field, allowed range,
+        # value given), not pydantic's dump. Commands convert their own with better names.
+        from core.errors import describe_validation
+
+        print(f"knee: error: {describe_validation(e)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("knee: interrupted", file=sys.stderr)
         return 130

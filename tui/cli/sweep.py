@@ -108,8 +108,11 @@ def _storage(args) -> str:
 
 def build_spec_from_args(args):
     """The SweepSpec from flags and/or a sweep file (flags win)."""
+    from pydantic import ValidationError
+
+    from core.errors import bad_input_from
     from core.serve.engines import detect_gpus
-    from core.spec.study import EngineSpec
+    from core.spec.study import EngineSpec, SweepSpec
     from core.sweep import build_spec
     from core.sweep.space import read_sweep_file
 
@@ -160,7 +163,9 @@ def build_spec_from_args(args):
         eng_kw["gpus"] = gpus
     try:
         engine = EngineSpec(kind=kind, env=env, **eng_kw)
-    except Exception as e:
+    except ValidationError as e:
+        raise bad_input_from(e, "engine setting ", _ENGINE_NAMES, EngineSpec) from None
+    except TypeError as e:  # a sweep file's [engine] value of the wrong shape
         raise BadInput(f"bad engine settings: {e}") from None
     kw: dict[str, Any] = {}
     for key in ("input_len", "output_len", "strategy", "objective", "warmup", "seed", "rest_s", "max_error_fraction", "early_stop", "parallel"):
@@ -190,9 +195,21 @@ def build_spec_from_args(args):
         )
     except BadInput:
         raise
-    except Exception as e:  # pydantic validation of a field
-        raise BadInput(f"bad sweep settings: {e}") from None
+    except ValidationError as e:  # a SweepSpec field (flags or the sweep file)
+        raise bad_input_from(e, "sweep setting ", _SPEC_NAMES, SweepSpec) from None
     return spec, notices
+
+
+# Field → what the user typed (a flag, or the sweep file's key) for one-line errors.
+_ENGINE_NAMES = {
+    "start_timeout_s": "--start-timeout (start_timeout_s)", "request_timeout_s": "--request-timeout (request_timeout_s)",
+    "port": "--port", "host": "--host", "ready_endpoint": "--ready-endpoint", "kind": "--engine (kind)",
+}
+_SPEC_NAMES = {
+    "input_len": "--input-len (input_len)", "output_len": "--output-len (output_len)", "rest_s": "--rest (rest_s)",
+    "sla_min": "[sla] min", "sla_max": "[sla] max", "sla_tolerance": "[sla] tolerance", "sla_knob": "--sla-knob ([sla] knob)",
+    "num_gpus": "--num-gpus (num_gpus)",
+}
 
 
 class ProgressPrinter:

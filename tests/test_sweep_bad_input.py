@@ -1,0 +1,103 @@
+"""`knee sweep` input that cannot be run, or would be misread, is one line and exit 2.
+
+Issue 10: pydantic's multi-line validation dump (ending in a URL) reached the user for
+tensor_parallel_size=[0] and num_prompts=0; max_concurrency=[-8] ran unbounded;
+tensor_parallel_size=[64] on 4 GPUs launched and failed every point; an unknown server arg
+on the simulator was dropped without a word. Nothing is stored for a refused sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.results.store import StudyStore
+from tui.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+KNEE = ROOT / ".venv" / "bin" / "knee"
+BASE = ["sweep", "--framework", "vllm", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--engine", "sim"]
+
+
+def sweep(tmp_path, capsys, *args):
+    rc = main([*BASE, "--workspace", str(tmp_path), *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def one_error_line(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.startswith("knee: error:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "validation error" not in err and "errors.pydantic.dev" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--server-args", "tensor_parallel_size=[0]"], "knee: error: server arg tensor_parallel_size must be at least 1, got 0"),
+        (["--server-args", "tp_size=[1,-2]"], "knee: error: server arg tp_size must be at least 1, got -2"),
+        (["--server-args", "gpu_memory_utilization=[0.5,1.2]"], "knee: error: server arg gpu_memory_utilization must be in (0, 1], got 1.2"),
+        (["--server-args", "max_num_seqs=0"], "knee: error: server arg max_num_seqs must be at least 1, got 0"),
+        (["--client-args", "max_concurrency=[4];num_prompts=0"], "knee: error: client arg num_prompts must be at least 1, got 0"),
+        (["--client-args", "request_rate=[-1]"], "knee: error: client arg request_rate must be positive, got -1.0"),
+        (["--client-args", "max_concurrency=4;arrival=burst"], "knee: error: client arg arrival must be one of 'constant', 'poisson' or 'gamma', got 'burst'"),
+        (["--client-args", "max_concurrency=4;warmup_requests=-1"], "knee: error: client arg warmup_requests must be at least 0, got -1"),
+        (["--client-args", "max_concurrency=[-8]"], "knee: error: client arg max_concurrency must be at least 1 (or 0 for no limit), got -8"),
+        (["--start-timeout", "-1"], "knee: error: engine setting --start-timeout (start_timeout_s) must be positive, got -1.0"),
+        (["--input-len", "0"], "knee: error: input length must be at least 1, got 0 (set client arg random_input_len or --input-len)"),
+    ],
+)
+def test_out_of_range_sweep_args_are_one_line_naming_arg_range_and_value(tmp_path, capsys, args, line):
+    rc, _, err = sweep(tmp_path, capsys, *args)
+    assert rc == 2
+    assert one_error_line(err) == line
+    assert not (tmp_path / "knee.db").exists() or StudyStore(tmp_path / "knee.db").studies() == []
+
+
+def test_sweep_file_values_are_one_line_too(tmp_path, capsys):
+    f = tmp_path / "s.toml"
+    f.write_text('model = "Qwen/Qwen3-4B"\nmax_error_fraction = 3\n[client]\nmax_concurrency = 4\n')
+    rc, _, err = sweep(tmp_path, capsys, "-f", str(f))
+    assert rc == 2 and one_error_line(err) == "knee: error: sweep setting max_error_fraction must be in [0, 1], got 3"
+
+
+def test_max_concurrency_zero_still_means_no_limit(tmp_path, capsys):
+    # llm-optimizer's estimate writes max_concurrency=0 for "unlimited"; that stays accepted.
+    rc, out, _ = sweep(tmp_path, capsys, "--client-args", "max_concurrency=0;num_prompts=20", "--dry-run", "--json")
+    assert rc == 0 and json.loads(out)["trials"][0]["load_points"] == [{"max_concurrency": 0, "num_prompts": 20}]
+
+
+def test_the_installed_knee_prints_one_line_for_tp_zero(tmp_path):
+    if not KNEE.exists():
+        pytest.skip("no .venv/bin/knee")
+    r = subprocess.run([str(KNEE), *BASE, "--workspace", str(tmp_path), "--server-args", "tensor_parallel_size=[0]"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2
+    assert r.stderr.strip() == "knee: error: server arg tensor_parallel_size must be at least 1, got 0"
+
+
+def test_a_validation_error_that_reaches_main_is_one_line(monkeypatch, capsys):
+    """The net under every command: input that reaches a typed model unchecked."""
+    import tui.cli.results as results_cmd
+    from core.spec.serving import LoadPoint
+
+    def boom(args):
+        LoadPoint(concurrency=0)
+
+    monkeypatch.setattr(results_cmd, "run", boom)
+    monkeypatch.setattr(results_cmd, "register", _register_with(boom, results_cmd.register))
+    rc = main(["results"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip() == "knee: error: concurrency must be at least 1, got 0"
+
+
+def _register_with(func, register):
+    def reg(sub):
+        register(sub)
+        sub.choices["results"].set_defaults(func=func)
+    return reg
