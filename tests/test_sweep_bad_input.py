@@ -101,3 +101,32 @@ def _register_with(func, register):
         register(sub)
         sub.choices["results"].set_defaults(func=func)
     return reg
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--server-args", "tensor_parallel_size=[64]"],
+         "knee: error: server arg tensor_parallel_size=64 needs 64 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)"),
+        (["--server-args", "tensor_parallel_size=[1,2,8]", "--dry-run"],
+         "knee: error: server arg tensor_parallel_size=8 needs 8 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)"),
+        (["--server-args", "tensor_parallel_size*data_parallel_size=[(2,2),(4,2)]"],
+         "knee: error: server arg tensor_parallel_size=4 data_parallel_size=2 needs 8 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)"),
+    ],
+)
+def test_more_gpus_than_the_hardware_has_is_refused_when_planned(tmp_path, capsys, args, line):
+    rc, _, err = sweep(tmp_path, capsys, *args, "--client-args", "max_concurrency=[4];num_prompts=20")
+    assert rc == 2 and one_error_line(err) == line
+    assert not (tmp_path / "knee.db").exists() or StudyStore(tmp_path / "knee.db").studies() == []
+
+
+def test_more_gpus_than_gpus_lists_is_refused_for_a_launched_engine(tmp_path, capsys):
+    rc = main(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", "srv --port {port}", "--gpus", "0,1",
+               "--server-args", "tensor_parallel_size=[1,4]", "--workspace", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and one_error_line(err) == "knee: error: server arg tensor_parallel_size=4 needs 4 GPUs but --gpus 0,1 has 2 (TP x DP x PP must be at most 2)"
+
+
+def test_configurations_that_fit_still_plan(tmp_path, capsys):
+    rc, out, _ = sweep(tmp_path, capsys, "--server-args", "tensor_parallel_size=[1,2,4]", "--dry-run", "--json")
+    assert rc == 0 and len(json.loads(out)["trials"]) == 3

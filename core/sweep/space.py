@@ -194,6 +194,54 @@ def plan_trials(spec: SweepSpec) -> list[TrialPlan]:
     return out
 
 
+# ---- GPUs ----------------------------------------------------------------------------------
+_PARALLEL_ARGS = ("tensor_parallel_size", "tp_size", "tp", "pipeline_parallel_size", "pp_size",
+                  "data_parallel_size", "dp_size", "dp")
+
+
+def gpus_needed(t: TrialPlan) -> int:
+    """GPUs one launch of the trial takes: TP x DP x PP (as the runner pins them)."""
+    pp = t.server_args.get("pipeline_parallel_size", t.server_args.get("pp_size", 1)) or 1
+    return t.config.num_gpus * int(pp)
+
+
+def gpu_budget(spec: SweepSpec, detected: list[int] | None = None) -> tuple[int, str] | None:
+    """How many GPUs a configuration of this sweep may use, and whose they are: the
+    simulated hardware on the simulator, ``engine.gpus`` or this machine's GPUs (``detected``)
+    for engines knee launches; None when unknown (an external server, no GPU found)."""
+    eng = spec.engine
+    if eng.kind == "external":
+        return None
+    if eng.kind == "sim":
+        if not (spec.instance or spec.gpu):
+            return None
+        from core.catalog import resolve_hardware
+
+        hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance)
+        return hw.num_gpus, hw.label
+    if eng.gpus is not None:
+        return len(eng.gpus), f"--gpus {','.join(map(str, eng.gpus))}"
+    if detected:
+        return len(detected), "this machine"
+    return None
+
+
+def check_gpu_counts(spec: SweepSpec, plans: list[TrialPlan], budget: tuple[int, str] | None) -> None:
+    """Refuse a configuration that needs more GPUs than the sweep has, before anything is
+    launched or stored (as ``knee estimate`` refuses such a TP); its launch could only fail."""
+    if budget is None:
+        return
+    n, where = budget
+    for t in plans:
+        need = gpus_needed(t)
+        if need > n:
+            which = " ".join(f"{k}={v}" for k, v in t.server_args.items() if k in _PARALLEL_ARGS) or f"TP{t.config.tp}"
+            raise BadInput(
+                f"server arg {which} needs {need} GPUs but {where} has {n}",
+                f"TP x DP x PP must be at most {n}",
+            )
+
+
 # ---- knee's sweep file (TOML) --------------------------------------------------------------
 def _toml_sets(table: dict[str, Any], side: str) -> list[ArgSet]:
     """``name = value`` or ``name = [choices]``; ``"a*b" = [[1,4],[2,2]]`` for composites.

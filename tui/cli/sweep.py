@@ -197,6 +197,12 @@ def build_spec_from_args(args):
         raise
     except ValidationError as e:  # a SweepSpec field (flags or the sweep file)
         raise bad_input_from(e, "sweep setting ", _SPEC_NAMES, SweepSpec) from None
+    # A configuration needing more GPUs than there are could only fail at launch: refuse it
+    # now, naming the value and the GPU count (knee estimate does the same for --tp).
+    from core.sweep.space import check_gpu_counts, gpu_budget, plan_trials
+
+    detected = detect_gpus() if kind in ("vllm", "sglang", "custom") and engine.gpus is None else None
+    check_gpu_counts(spec, plan_trials(spec), gpu_budget(spec, detected))
     return spec, notices
 
 
