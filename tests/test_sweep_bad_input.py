@@ -130,3 +130,28 @@ def test_more_gpus_than_gpus_lists_is_refused_for_a_launched_engine(tmp_path, ca
 def test_configurations_that_fit_still_plan(tmp_path, capsys):
     rc, out, _ = sweep(tmp_path, capsys, "--server-args", "tensor_parallel_size=[1,2,4]", "--dry-run", "--json")
     assert rc == 0 and len(json.loads(out)["trials"]) == 3
+
+
+def test_a_server_arg_the_simulator_cannot_honour_is_named_in_a_warning(tmp_path, capsys):
+    rc, _, err = sweep(tmp_path, capsys, "--server-args", "foo_bar=[1,2];enforce_eager=True;trust_remote_code=True;max_num_seqs=[64]",
+                       "--client-args", "max_concurrency=[4];num_prompts=20", "--study", "w")
+    assert rc == 0
+    warnings = [ln for ln in err.splitlines() if ln.startswith("knee: warning:")]
+    assert warnings == [
+        "knee: warning: the simulator does not model server args foo_bar, enforce_eager: simulated points run as if unset; "
+        "the values of foo_bar give identical simulated points (a real engine gets them: --engine vllm)"
+    ]
+    # Not dropped: the args are stored with the trials, as a real engine would get them.
+    assert StudyStore(tmp_path / "knee.db").trials("w")[0].server_args["foo_bar"] == 1
+
+
+def test_args_the_simulator_models_give_no_warning(tmp_path, capsys):
+    rc, _, err = sweep(tmp_path, capsys, "--server-args", "tensor_parallel_size=[1,2];max_num_seqs=[64];enable_chunked_prefill=True;disable_log_stats=True",
+                       "--client-args", "max_concurrency=[4];num_prompts=20", "--dry-run")
+    assert rc == 0 and "warning" not in err
+
+
+def test_a_real_engine_gets_no_simulator_warning(tmp_path, capsys):
+    rc = main(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", "srv --port {port}",
+               "--server-args", "foo_bar=[1]", "--dry-run", "--workspace", str(tmp_path)])
+    assert rc == 0 and "warning" not in capsys.readouterr().err

@@ -51,6 +51,27 @@ from collections import deque
 
 BLOCK = 16  # tokens per KV block (vLLM's default block size)
 
+# Server args the simulation honours beyond the ServerConfig knobs (tp, dp, batched tokens,
+# max seqs, max model len, memory utilization, quantization, KV dtype, prefix caching):
+# ``core.simulate.sim.scheduler_generation`` reads these from ``extra_args``.
+MODELLED_EXTRA_ARGS = frozenset({"enable_chunked_prefill", "num_scheduler_steps"})
+# Server args that do not change what a load point measures (logging, names, trust, paths),
+# so the simulator ignoring them needs no warning.
+NO_SPEED_EFFECT_ARGS = frozenset({
+    "disable_log_stats", "disable_log_requests", "enable_log_requests", "trust_remote_code", "seed",
+    "served_model_name", "download_dir", "tokenizer", "tokenizer_mode", "revision", "code_revision",
+    "tokenizer_revision", "uvicorn_log_level", "disable_uvicorn_access_log", "api_key", "hf_token",
+    "load_format", "disable_fastapi_docs", "enable_force_include_usage", "log_level",
+})
+
+
+def unmodelled_args(names, modelled_knobs) -> list[str]:
+    """The server args the simulator cannot honour: not one of ``modelled_knobs`` (the names
+    that map onto ServerConfig), not read by the scheduler, and able to change the numbers.
+    A simulated point ignores them; a real engine would not."""
+    skip = set(modelled_knobs) | MODELLED_EXTRA_ARGS | NO_SPEED_EFFECT_ARGS
+    return [n for n in dict.fromkeys(names) if n not in skip]
+
 # Request states.
 PENDING, WAITING, PREFILL, DECODE, DONE, FAILED = range(6)
 

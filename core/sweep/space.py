@@ -194,6 +194,31 @@ def plan_trials(spec: SweepSpec) -> list[TrialPlan]:
     return out
 
 
+def sim_ignored_args(spec: SweepSpec) -> list[tuple[str, int]]:
+    """(name, number of values) of each server arg the simulator cannot honour; empty unless
+    the engine is the simulator. Such an arg is not dropped (it stays in the stored server
+    args and reaches a real engine), but every simulated point runs as if it were unset."""
+    if spec.engine.kind != "sim":
+        return []
+    from core.simulate.engine import unmodelled_args
+
+    sets = sets_from_json(spec.server_sets)
+    counts = {n: len(s.values) for s in sets for n in s.names}
+    return [(n, counts[n]) for n in unmodelled_args(counts, list(_SERVER_FIELDS) + ["disable_radix_cache"])]
+
+
+def sim_ignored_warning(spec: SweepSpec) -> str | None:
+    """One line naming the server args the simulator ignores (None when there are none)."""
+    ignored = sim_ignored_args(spec)
+    if not ignored:
+        return None
+    names = ", ".join(n for n, _ in ignored)
+    swept = [n for n, k in ignored if k > 1]
+    same = f"; the values of {', '.join(swept)} give identical simulated points" if swept else ""
+    return (f"the simulator does not model server arg{'s' if len(ignored) > 1 else ''} {names}: "
+            f"simulated points run as if unset{same} (a real engine gets them: --engine {spec.framework or 'vllm'})")
+
+
 # ---- GPUs ----------------------------------------------------------------------------------
 _PARALLEL_ARGS = ("tensor_parallel_size", "tp_size", "tp", "pipeline_parallel_size", "pp_size",
                   "data_parallel_size", "dp_size", "dp")

@@ -203,6 +203,11 @@ def build_spec_from_args(args):
 
     detected = detect_gpus() if kind in ("vllm", "sglang", "custom") and engine.gpus is None else None
     check_gpu_counts(spec, plan_trials(spec), gpu_budget(spec, detected))
+    from core.sweep.space import sim_ignored_warning
+
+    warning = sim_ignored_warning(spec)
+    if warning:
+        notices.append("warning: " + warning)
     return spec, notices
 
 
