@@ -155,3 +155,10 @@ def test_a_real_engine_gets_no_simulator_warning(tmp_path, capsys):
     rc = main(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", "srv --port {port}",
                "--server-args", "foo_bar=[1]", "--dry-run", "--workspace", str(tmp_path)])
     assert rc == 0 and "warning" not in capsys.readouterr().err
+
+
+def test_a_misspelt_engine_key_in_the_sweep_file_is_refused(tmp_path, capsys):
+    f = tmp_path / "s.toml"
+    f.write_text('model = "Qwen/Qwen3-4B"\n[engine]\nkind = "sim"\nstart_timeout = 5\n')
+    rc, _, err = sweep(tmp_path, capsys, "-f", str(f), "--dry-run")
+    assert rc == 2 and one_error_line(err).startswith("knee: error: unknown key 'start_timeout' in the sweep file's [engine] table (known: ")

@@ -152,6 +152,9 @@ def build_spec_from_args(args):
     if gpu_type and not num_gpus and gpus:
         num_gpus = len(gpus)
     eng_kw = {k: v for k, v in engine_tbl.items() if k != "kind"}
+    unknown = sorted(set(eng_kw) - set(EngineSpec.model_fields))
+    if unknown:  # pydantic would drop a misspelt key without a word
+        raise BadInput(f"unknown key {unknown[0]!r} in the sweep file's [engine] table", "known: " + ", ".join(sorted(set(EngineSpec.model_fields) - {"kind"})))
     for flag, key in (("server_cmd", "command"), ("python", "python"), ("executable", "executable"), ("container", "container"), ("url", "url"), ("port", "port"), ("ready_endpoint", "ready_endpoint"), ("start_timeout", "start_timeout_s"), ("request_timeout", "request_timeout_s")):
         v = getattr(args, flag)
         if v is not None:
