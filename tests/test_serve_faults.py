@@ -295,6 +295,40 @@ def test_exit_at_start_reports_the_root_cause_not_vllms_closing_line(tmp_path, c
     # no exception at all: the server's last line, not knee's own
     ("knee: launching: x\nerror: model weights not found\n", "error: model weights not found"),
     ("knee: launching: x\n", None),
+    # a server killed while serving: its access log is no cause
+    ("INFO: Uvicorn running\nINFO: 127.0.0.1 - \"POST /v1/completions HTTP/1.1\" 200 OK\n", None),
 ])
 def test_root_cause_picks_the_line_that_says_why(log, cause):
     assert proc_mod.root_cause(log) == cause
+
+
+def test_crash_during_a_load_point_reports_the_root_cause(tmp_path, wrapper):
+    """A server that dies while serving (SIGUSR1 makes this one log a CUDA fault the way
+    vLLM does and exit): the failed point's first line names the fault."""
+    crashy = tmp_path / "crashy.py"
+    crashy.write_text(
+        "import os, signal, sys\n"
+        "def die(*_):\n"
+        "    print('ERROR 11-23 21:00:05 [core.py:1] EngineCore encountered a fatal error.', flush=True)\n"
+        "    print('torch.AcceleratorError: CUDA error: an illegal memory access was encountered', flush=True)\n"
+        "    print('vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.', flush=True)\n"
+        "    os._exit(1)\n"
+        "signal.signal(signal.SIGUSR1, die)\n"
+        f"sys.argv = [{str(wrapper)!r}] + sys.argv[1:]\n"
+        f"exec(compile(open({str(wrapper)!r}).read(), {str(wrapper)!r}, 'exec'))\n"
+    )
+    cmd = f"{PY} {crashy} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01"
+    sent = {}
+
+    def on_event(k, d):
+        if k == "server_ready":
+            sent["pid"] = d["pid"]
+        if k == "progress" and d.get("phase") == "run" and "done" not in sent:
+            sent["done"] = True
+            os.kill(sent["pid"], signal.SIGUSR1)
+
+    spec = custom_spec(cmd, server_args="variant=[1]", client_args="max_concurrency=[2];num_prompts=16;random_input_len=16;random_output_len=48;tokenizer=words")
+    store, s, events = run(tmp_path, spec, "midcrash", on_event)
+    p = [p for p in store.points("midcrash") if p.status == "failed"][0]
+    assert p.reason.splitlines()[0] == "crashed: server exited with code 1 during the load point: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    assert wait_gone("midcrash") == []

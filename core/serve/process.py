@@ -89,6 +89,9 @@ _EXC_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Failure", "Fault")
 _POINTER = re.compile(r"root cause|(?:see|check) (?:the )?(?:stack ?trace|traceback|logs?|errors?) above", re.I)
 
 
+_ERRORISH = re.compile(r"error|fatal|fail|cannot|can't|unable|not found|no such|denied|killed|abort|panic|exception|invalid|unrecognized", re.I)
+
+
 def _exception(line: str) -> str | None:
     """``XxxError: message`` from a log line (prefix dropped), or None."""
     m = _EXC_LINE.search(line.rstrip())
@@ -107,7 +110,8 @@ def root_cause(log_text: str) -> str | None:
     initialization failed. See root cause above."). The cause is then the last exception
     line before the last such pointer that is not a pointer itself. Without a pointer, the
     last exception line of the log; without any exception line, the last line the server
-    wrote (knee's own ``knee: ...`` lines are not the server's). None for an empty log."""
+    wrote (knee's own ``knee: ...`` lines are not the server's) if it reads like an error.
+    Otherwise None."""
     lines = [ln.strip() for ln in log_text.splitlines() if ln.strip()]
     excs = [(i, e) for i, e in ((i, _exception(ln)) for i, ln in enumerate(lines)) if e]
     pointers = [i for i, e in excs if _POINTER.search(e)]
@@ -121,7 +125,9 @@ def root_cause(log_text: str) -> str | None:
     if excs:
         return excs[-1][1]
     own = [ln for ln in lines if not ln.startswith("knee: ")]
-    return own[-1] if own else None
+    if own and _ERRORISH.search(own[-1]):
+        return own[-1]
+    return None  # an access log or a progress line is no cause (a SIGKILL leaves those)
 
 
 def _pdeathsig() -> None:  # runs in the child between fork and exec
@@ -220,7 +226,13 @@ class ServerProcess:
         text = self._log_end(256_000)
         tail = self.tail()
         cause = root_cause(text)
-        first = f"server exited with code {code} {when}" + (f": {cause[:500]}" if cause else "")
+        sig = ""
+        if code < 0:
+            try:
+                sig = f" ({signal.Signals(-code).name})"
+            except ValueError:
+                pass
+        first = f"server exited with code {code}{sig} {when}" + (f": {cause[:500]}" if cause else "")
         return classify(tail + "\n" + (cause or ""), default), f"{first}\n{tail}"
 
     def wait_ready(self, url: str, timeout_s: float, poll_s: float = 0.25, cancel: threading.Event | None = None) -> float:

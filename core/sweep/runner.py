@@ -670,11 +670,11 @@ class Runner:
             died = server.process.exit_code()
         wall = time.monotonic() - t0
         if died is not None:
-            tail = server.process.tail() if server and server.process else ""
+            why = server.process.exit_reason(died, "during the load point")[1] if server and server.process else f"server exited with code {died} during the load point"
             # The cancel was for this point only; the study goes on.
             if not self._interrupt_signal and not self._stop_requested:
                 self.cancel.clear()
-            row = self._row(trial, tid, point, status="failed", reason=f"{CRASHED}: server exited with code {died} during the load point\n{tail}", started_at=started, ended_at=time.time(), gpu_seconds=wall * trial.config.num_gpus, cmd=cmd, telemetry=telemetry.summary() if telemetry else {})
+            row = self._row(trial, tid, point, status="failed", reason=f"{CRASHED}: {why}", started_at=started, ended_at=time.time(), gpu_seconds=wall * trial.config.num_gpus, cmd=cmd, telemetry=telemetry.summary() if telemetry else {})
             self.store.save_point(row)
             self.summary.points_failed += 1
             self.emit("point_done", status="failed", reason=row.reason, **label)
