@@ -162,3 +162,18 @@ def test_a_misspelt_engine_key_in_the_sweep_file_is_refused(tmp_path, capsys):
     f.write_text('model = "Qwen/Qwen3-4B"\n[engine]\nkind = "sim"\nstart_timeout = 5\n')
     rc, _, err = sweep(tmp_path, capsys, "-f", str(f), "--dry-run")
     assert rc == 2 and one_error_line(err).startswith("knee: error: unknown key 'start_timeout' in the sweep file's [engine] table (known: ")
+
+
+def test_plan_form_says_which_server_args_the_simulator_does_not_model():
+    """The TUI's twin of the headless warning: the Plan screen's server-args hint names the
+    args a simulated sweep runs as if unset; on a real engine it does not."""
+    from tui.data.plan_form import check_fields, fields_from_plan
+    from tui.demo import demo_sweep_plan
+
+    values = fields_from_plan(demo_sweep_plan())
+    values["server_args"] = "tensor_parallel_size=[1,2];enforce_eager=[True,False]"
+    plan, errors, hints = check_fields({**values, "engine": "sim"})
+    assert plan is not None and not errors
+    assert hints["server_args"] == "4 combinations · the simulator does not model enforce_eager"
+    _, _, hints = check_fields({**values, "engine": "vllm"})
+    assert hints["server_args"] == "4 combinations"

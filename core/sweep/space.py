@@ -200,10 +200,14 @@ def sim_ignored_args(spec: SweepSpec) -> list[tuple[str, int]]:
     args and reaches a real engine), but every simulated point runs as if it were unset."""
     if spec.engine.kind != "sim":
         return []
+    return sim_unmodelled(sets_from_json(spec.server_sets))
+
+
+def sim_unmodelled(server_sets: list) -> list[tuple[str, int]]:
+    """(name, number of values) of each parsed server arg the simulator does not model."""
     from core.simulate.engine import unmodelled_args
 
-    sets = sets_from_json(spec.server_sets)
-    counts = {n: len(s.values) for s in sets for n in s.names}
+    counts = {n: len(s.values) for s in server_sets for n in s.names}
     return [(n, counts[n]) for n in unmodelled_args(counts, list(_SERVER_FIELDS) + ["disable_radix_cache"])]
 
 

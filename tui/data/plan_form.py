@@ -17,6 +17,7 @@ from core.errors import KneeError
 from core.spec.plan import Plan
 from core.spec.slo import parse_constraints
 from core.sweep.grammar import combinations, parse_args
+from core.sweep.space import sim_unmodelled
 
 # Field ids in form order; the form widgets use the same ids.
 TEXT_FIELDS = (
@@ -200,8 +201,13 @@ def check_fields(values: dict[str, str]) -> tuple[Plan | None, dict[str, str], d
     def args(side: str) -> None:
         text = values.get(f"{side}_args", "").strip()
         if text:
-            n = len(combinations(parse_args(text, side=side)))
+            sets = parse_args(text, side=side)
+            n = len(combinations(sets))
             hints[f"{side}_args"] = f"{n} combination{'s' if n != 1 else ''}"
+            ignored = sim_unmodelled(sets) if side == "server" and engine == "sim" else []
+            if ignored:
+                # The args stay in the plan (a real engine gets them); the simulator runs as if unset.
+                hints["server_args"] += f" · the simulator does not model {', '.join(n for n, _ in ignored)}"
         elif side == "server":
             hints["server_args"] = "empty: knee suggests a search space from the estimate"
         data[f"{side}_args"] = text
