@@ -175,29 +175,13 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
     full = fit.fit(its, infl)
     in_sample = fit.predict_with(its, full.params)
     folds = fit.loso(its, key, infl)
-    held = {}
-    for f in folds:
-        for i, p in f.predictions.items():
-            held[i] = (f.source, p)
+    held = {i: (f.source, p) for f in folds for i, p in f.predictions.items()}
     for r, it, p in zip(results, its, in_sample):
         src, q = held[it.id]
-        r["source"] = src
-        r["knee_fitted"], r["knee_loso"] = p or {}, q or {}
-        r["ape_fitted"] = {m: _ape((p or {}).get(m), r["measured"][m]) for m in METRICS}
-        r["ape_loso"] = {m: _ape((q or {}).get(m), r["measured"][m]) for m in METRICS}
-    h = fit.compare(results, {"hand_set": "ape_knee", "fitted": "ape_fitted", "loso": "ape_loso"})
-    for f in folds:
-        h["by_source"][f.source]["train_rows"] = len(f.fit.train_ids)
-    h.update({
-        "key": key,
-        "sources": len(folds),
-        "method": "coordinate pattern search in log space on the estimator, robust mean of capped |log(pred/meas)| (bench/fit.py)",
-        "seconds": round(time.perf_counter() - t0, 1),
-        "params": fit.param_table(full, folds),
-        "fit": fit.fit_summary(full),
-        "folds": [{"source": f.source, "held_ids": f.held_ids, **fit.fit_summary(f.fit)} for f in folds],
-    })
-    return h
+        fit.attach(r, "knee", src, p, q)
+    return fit.honest_report(
+        results, "ape_knee", full, folds, key,
+        "coordinate pattern search in log space on the estimator, robust mean of capped |log(pred/meas)| (bench/fit.py)", t0)
 
 
 def summarize(results, skipped, total) -> dict:

@@ -367,6 +367,34 @@ def param_table(full: Fit, folds: list[Fold]) -> dict:
     return out
 
 
+
+def attach(r: dict, label: str, source: str, fitted: dict | None, held: dict | None) -> None:
+    """Record on one harness result its in-sample (``<label>_fitted``) and leave-one-source-out
+    (``<label>_loso``) predictions with their APEs, and the row's source."""
+    r["source"] = source
+    r[f"{label}_fitted"], r[f"{label}_loso"] = fitted or {}, held or {}
+    r["ape_fitted"] = {m: R.ape((fitted or {}).get(m), r["measured"][m]) for m in METRICS}
+    r["ape_loso"] = {m: R.ape((held or {}).get(m), r["measured"][m]) for m in METRICS}
+
+
+def honest_report(results: list[dict], hand_set_ape: str, full: Fit, folds: list[Fold], key: str,
+                  method: str, t0: float) -> dict:
+    """The comparison both harnesses report: hand-set, fitted in-sample and LOSO APEs per
+    metric and group, each fold's training size, the parameters and the fits."""
+    h = compare(results, {"hand_set": hand_set_ape, "fitted": "ape_fitted", "loso": "ape_loso"})
+    for f in folds:
+        h["by_source"][f.source]["train_rows"] = len(f.fit.train_ids)
+    h.update({
+        "key": key,
+        "sources": len(folds),
+        "method": method,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "params": param_table(full, folds),
+        "fit": fit_summary(full),
+        "folds": [{"source": f.source, "held_ids": f.held_ids, **fit_summary(f.fit)} for f in folds],
+    })
+    return h
+
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
 

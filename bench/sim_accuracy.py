@@ -190,23 +190,10 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
             except KneeError:
                 p = None
             src, q = held[r["id"]]
-            r["source"] = src
-            r["simulated_fitted"], r["simulated_loso"] = p or {}, q or {}
-            r["ape_fitted"] = {m: ape((p or {}).get(m), r["measured"][m]) for m in METRICS}
-            r["ape_loso"] = {m: ape((q or {}).get(m), r["measured"][m]) for m in METRICS}
-    h = fit.compare(results, {"hand_set": "ape", "fitted": "ape_fitted", "loso": "ape_loso"})
-    for f in folds:
-        h["by_source"][f.source]["train_rows"] = len(f.fit.train_ids)
-    h.update({
-        "key": key,
-        "sources": len(folds),
-        "method": "parameters fitted on the estimator over all rows (coordinate pattern search, bench/fit.py), applied to the simulator",
-        "seconds": round(time.perf_counter() - t0, 1),
-        "params": fit.param_table(full, [f for f in folds]),
-        "fit": fit.fit_summary(full),
-        "folds": [{"source": f.source, "held_ids": f.held_ids, **fit.fit_summary(f.fit)} for f in folds],
-    })
-    return h
+            fit.attach(r, "simulated", src, p, q)
+    return fit.honest_report(
+        results, "ape", full, folds, key,
+        "parameters fitted on the estimator over all rows (coordinate pattern search, bench/fit.py), applied to the simulator", t0)
 
 
 def summary_line(out: dict) -> str:
