@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.procs import tagged_pids, wait_gone
+from support.procs import exited, tagged_pids, wait_for, wait_gone
 
 from core.errors import BadInput
 from core.results.store import StudyStore
@@ -35,22 +35,6 @@ def sim_spec(loads="[4,8,16]", prompts=1000, tps="[1,2,4]"):
 def kinds(store, study):
     return [e.kind for e in store.events(study)]
 
-
-def wait_for(cond, timeout=60.0, what="condition", every=0.02):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} not reached in {timeout} s")
-        time.sleep(every)
-
-
-def exited(pid: int) -> bool:
-    """The detached runner is our child (Popen): reap it once it has exited."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return done == pid
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.procs import exited, wait_for
 
 from core.results.store import RUNNER_STALE_S, StudyStore, runner_alive, study_status
 from core.spec.study import EngineSpec
@@ -24,21 +25,6 @@ from tui.cli import main as knee
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def wait_for(cond, timeout=60.0, what="condition", every=0.02):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} not reached in {timeout} s")
-        time.sleep(every)
-
-
-def exited(pid: int) -> bool:
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return done == pid
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ each server's environment: the fault and control tests assert that none outlives
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -30,3 +31,21 @@ def wait_gone(study: str, timeout: float = 5.0) -> list[int]:
     while time.monotonic() < end and tagged_pids(study):
         time.sleep(0.1)
     return tagged_pids(study)
+
+
+def wait_for(cond, timeout=60.0, what="condition", every=0.02):
+    """Poll ``cond`` until it holds; an AssertionError naming ``what`` after ``timeout`` s."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} not reached in {timeout} s")
+        time.sleep(every)
+
+
+def exited(pid: int) -> bool:
+    """A detached runner that is our child (Popen): reaped once it has exited."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
