@@ -168,9 +168,9 @@ def _fmt(name: str, r: dict) -> str:
     cells = []
     for k in ("ttft", "tpot", "itl"):
         v = ms[k]
-        cells.append(f"{v.mean():>8.2f}{np.percentile(v, 50):>8.2f}{np.percentile(v, 99):>8.2f}" if v.size else f"{'-':>24}")
+        cells.append(f"{v.mean():>10.2f}{np.percentile(v, 50):>8.2f}{np.percentile(v, 99):>8.2f}" if v.size else f"{'-':>26}")
     split = "".join(
-        f"{ms[k].mean():>8.3f}{np.percentile(ms[k], 99):>8.3f}" if ms[k].size else f"{'-':>16}" for k in ("to server", "server", "to client")
+        f"{ms[k].mean():>9.3f}{np.percentile(ms[k], 99):>9.3f}" if ms[k].size else f"{'-':>18}" for k in ("to server", "server", "to client")
     )
     return f"{name:<17}" + "".join(cells) + " |" + split + (f"  ({r['failed']} failed)" if r["failed"] else "")
 
@@ -213,8 +213,8 @@ def main() -> None:
         vb.wait_ready()
     print(f"cadence server: first token {a.ttft:g} ms after the request, then 1 / {a.itl:g} ms; {a.osl} tokens; "
           f"{a.streams} streams, {a.requests} requests per run, {a.rounds} rounds; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
-    head = (f"{'client':<17}{'TTFT mean':>8}{'p50':>8}{'p99':>8}{'TPOT mean':>8}{'p50':>8}{'p99':>8}{'ITL mean':>8}{'p50':>8}{'p99':>8} |"
-            f"{'to srv':>8}{'p99':>8}{'server':>8}{'p99':>8}{'to cli':>8}{'p99':>8}")
+    head = (f"{'client':<17}{'TTFT mean':>10}{'p50':>8}{'p99':>8}{'TPOT mean':>10}{'p50':>8}{'p99':>8}{'ITL mean':>10}{'p50':>8}{'p99':>8} |"
+            f"{'to srv':>9}{'p99':>9}{'server':>9}{'p99':>9}{'to cli':>9}{'p99':>9}")
     pooled: dict[str, list[dict]] = {c: [] for c in clients}
     try:
         for rnd in range(a.rounds):
