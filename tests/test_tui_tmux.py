@@ -146,8 +146,12 @@ def test_killing_the_app_mid_sweep_leaves_the_sweep_running(tmux, tmp_path):
         # Kill the app the hard way: the terminal goes away under it.
         os.kill(tmux.pane_pid(), signal.SIGKILL)
         tmux.kill()
+        # Ctrl-C at a terminal reaches a process whose SIGINT is not ignored; a test run started
+        # in the background (a CI script's `cmd &`) hands its children SIGINT ignored, and then
+        # the SIGINT below would do nothing and the view would follow the sweep to its end.
         attach = subprocess.Popen([knee_bin(), "attach"], cwd=tmp_path, env=tmux.env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
+                                  stderr=subprocess.STDOUT, text=True,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         # Detach once it has attached (not after a fixed sleep, which a busy machine outlasts).
         seen = []
         watchdog = threading.Timer(60, attach.kill)
@@ -163,6 +167,7 @@ def test_killing_the_app_mid_sweep_leaves_the_sweep_running(tmux, tmp_path):
         rest, _ = attach.communicate(timeout=20)
         out = "".join(seen) + rest
         assert "attached to" in out and "(running)" in out, out
+        assert "detached; the sweep goes on" in out and attach.returncode == 0, out
 
         from core.results.store import StudyStore
         from core.sweep import runner_alive
