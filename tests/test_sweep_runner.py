@@ -235,6 +235,29 @@ def test_detached_runner_and_attach(tmp_path, capsys):
     assert capsys.readouterr().err.count("[trial") == 2
 
 
+def test_ctrl_c_right_after_attached_detaches(tmp_path, monkeypatch):
+    """A Ctrl-C that lands the moment "attached to" is shown detaches the view (exit 0), never
+    "knee: interrupted" (the tmux tier caught that race on a busy machine). The interrupt is
+    raised by stderr's write of that line, the earliest a user can react to it."""
+    import io
+    import sys
+
+    ws = str(tmp_path)
+    store = StudyStore(tmp_path / "knee.db")
+    create_study(store, small_spec(server_args="tensor_parallel_size=[1]", client_args="max_concurrency=[4];num_prompts=20"), "idle")
+
+    class CtrlCOnAttach(io.StringIO):
+        def write(self, text):
+            super().write(text)
+            if "attached to" in text:
+                raise KeyboardInterrupt
+
+    err = CtrlCOnAttach()
+    monkeypatch.setattr(sys, "stderr", err)
+    assert knee(["attach", "--study", "idle", "--workspace", ws]) == 0
+    assert "detached; the sweep goes on" in err.getvalue()
+
+
 def test_adaptive_without_an_estimator_uses_optuna_tpe(tmp_path):
     store = StudyStore(tmp_path / "knee.db")
     spec = small_spec(server_args=WALK_SERVER, client_args="max_concurrency=[32,64];num_prompts=200", strategy="adaptive")

@@ -43,9 +43,10 @@ def run(args) -> int:
         state = f"paused; go on with: knee sweep --continue --study {study}"
     elif state == "interrupted" and row["status"] == "running":
         state = f"interrupted: {runner_gone(row)}"  # killed without a word: the row still says running
-    print(f"knee: attached to {study!r} ({state}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
     last_check = -1e9  # the first quiet moment checks the runner: a dead one is told at once
     try:
+        # Inside the try: a Ctrl-C from the moment this line is shown detaches the view.
+        print(f"knee: attached to {study!r} ({state}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
         while True:
             batch = store.events(study, after=after)
             for ev in batch:
