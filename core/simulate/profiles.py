@@ -28,6 +28,7 @@ through the scheduler, not just through the formulas.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from core.errors import BadInput
 from core.spec.hardware import GPU, Hardware
@@ -97,6 +98,9 @@ class MeasuredPoint:
     output_len: int
     ttft_s: float
     tpot_s: float
+    # The server configuration it was measured on, where points of one fit come from several
+    # (a study's calibration: max_num_seqs and the token budget differ, the hardware does not).
+    config: Any = None
 
 
 def fit_step_profile(
@@ -145,7 +149,7 @@ def fit_step_profile(
 
     def run(prof: StepProfile, p: MeasuredPoint) -> dict:
         return simulate(
-            arch, hardware, config, Workload.fixed(p.input_len, p.output_len, num_prompts=max(4 * p.concurrency, 16)),
+            arch, hardware, p.config or config, Workload.fixed(p.input_len, p.output_len, num_prompts=max(4 * p.concurrency, 16)),
             LoadPoint(concurrency=p.concurrency), cost=prof, kv_tokens=kv_tokens,
         ).summary
 
