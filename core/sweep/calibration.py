@@ -1,0 +1,193 @@
+"""Calibration from the study's own measurements: knee's numbers converge to the user's machine.
+
+The estimator prices a step from datasheet peaks and published measurements; the machine a
+sweep runs on is none of those. After every measured point the runner hands it to a
+:class:`StudyCalibration`, which fits the hardware's step profile again (the linear step
+model of :mod:`core.simulate.profiles`: a fixed cost per step, a cost per sequence, a cost
+per computed token, and the request overhead) from every closed-loop point measured so far
+on this hardware and engine, one fit per tensor-parallel degree (TP changes what a step
+costs; ``max_num_seqs`` or the token budget do not). The rest of the study is then predicted
+again by the scheduler simulation priced with that profile.
+
+Stages, as points arrive for a TP degree:
+- none measured: the base predictor's numbers (the estimator), unchanged;
+- one concurrency measured: the base prediction scaled by measured/predicted throughput and
+  TPOT at that point (a profile needs two concurrencies to separate the fixed and the
+  per-sequence cost);
+- two or more: the fitted profile through the simulator.
+
+The calibration is plain data (:meth:`StudyCalibration.as_dict`), stored in the study's info
+and exported with it; ``knee estimate --calibrate-from STUDY`` rebuilds it with
+:meth:`from_dict` to predict other concurrencies, knobs and lengths on the same machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from core.errors import BadInput
+from core.simulate import simulate
+from core.simulate.profiles import MeasuredPoint, StepProfile, fit_step_profile
+from core.spec.serving import LoadPoint, ServerConfig
+from core.spec.workload import Workload
+
+log = logging.getLogger(__name__)
+
+# Keys of a vllm-bench summary that a calibrated prediction replaces.
+_THROUGHPUT_KEYS = ("output_throughput", "request_throughput", "total_token_throughput", "request_goodput")
+_TPOT_KEYS = tuple(f"{s}_{m}_ms" for s in ("mean", "median", "p90", "p95", "p99") for m in ("tpot", "itl"))
+
+
+@dataclass
+class Observation:
+    """One measured closed-loop point, reduced to what a fit reads."""
+
+    tp: int
+    concurrency: int
+    input_len: int
+    output_len: int
+    ttft_s: float
+    tpot_s: float
+    output_throughput: float
+    server_args: dict[str, Any] = field(default_factory=dict)
+
+
+def observation(server_args: dict[str, Any], client_args: dict[str, Any], summary: dict[str, Any]) -> Observation | None:
+    """The fit's view of a measured point; None where it cannot inform one (open loop, no
+    TPOT observed, nothing completed)."""
+    conc = client_args.get("max_concurrency")
+    done = summary.get("completed") or 0
+    ttft, tpot, thr = summary.get("mean_ttft_ms"), summary.get("mean_tpot_ms"), summary.get("output_throughput")
+    if client_args.get("request_rate") not in (None, "inf", float("inf")) or not conc or done <= 0:
+        return None
+    if not ttft or not tpot or not thr:
+        return None
+    isl = round((summary.get("total_input_tokens") or 0) / done)
+    osl = round((summary.get("total_output_tokens") or 0) / done)
+    if isl <= 0 or osl <= 1:
+        return None
+    tp = int(server_args.get("tensor_parallel_size") or server_args.get("tp") or 1)
+    return Observation(tp, int(conc), isl, osl, ttft / 1e3, tpot / 1e3, float(thr), dict(server_args))
+
+
+class StudyCalibration:
+    """Refits the step profile from a study's measured points and predicts with it.
+
+    ``config_of(server_args)`` turns stored server arguments into a :class:`ServerConfig`
+    (the sweep's own parser); ``base(cfg, workload, load)`` is the uncalibrated predictor
+    (the estimator's), used until a profile is fitted; ``kv_tokens`` sets the KV cache directly where it is not
+    planned from GPU memory (vLLM on CPU)."""
+
+    def __init__(self, arch, hardware, config_of, *, base=None, kv_tokens: int | None = None, name: str = "study"):
+        self.arch = arch
+        self.base = base  # (cfg, workload, load) -> uncalibrated vllm-bench keys, or None
+        self.hardware = hardware
+        self.config_of = config_of
+        self.kv_tokens = kv_tokens
+        self.name = name
+        self.observations: list[Observation] = []
+        self.profiles: dict[int, StepProfile] = {}
+        self.refits = 0
+
+    # -- learning ---------------------------------------------------------------------------
+
+    def observe(self, server_args: dict[str, Any], client_args: dict[str, Any], summary: dict[str, Any]) -> bool:
+        """Add one measured point; refit its TP degree's profile. True when a profile was
+        (re)fitted from it."""
+        obs = observation(server_args, client_args, summary)
+        if obs is None:
+            return False
+        self.observations.append(obs)
+        return self._refit(obs.tp)
+
+    def _refit(self, tp: int) -> bool:
+        group = [o for o in self.observations if o.tp == tp]
+        if len({o.concurrency for o in group}) < 2:
+            return False
+        points = [
+            MeasuredPoint(o.concurrency, o.input_len, o.output_len, o.ttft_s, o.tpot_s, config=self.config_of(o.server_args))
+            for o in group
+        ]
+        try:
+            profile = fit_step_profile(points, self.arch, self.hardware, points[0].config, kv_tokens=self.kv_tokens, name=f"{self.name}-tp{tp}")
+        except BadInput as e:  # too few distinct points after all: keep the last profile
+            log.info("calibration: no refit for TP%d: %s", tp, e)
+            return False
+        self.profiles[tp] = profile
+        self.refits += 1
+        return True
+
+    # -- predicting -------------------------------------------------------------------------
+
+    def stage(self, tp: int) -> str:
+        """``profile`` (fitted), ``scaled`` (one concurrency measured) or ``none``."""
+        if tp in self.profiles:
+            return "profile"
+        return "scaled" if any(o.tp == tp for o in self.observations) else "none"
+
+    def predict(self, cfg: ServerConfig, workload: Workload, load: LoadPoint) -> dict[str, float]:
+        """vllm-bench keys predicted for ``load`` on ``cfg``, calibrated as far as the study's
+        points allow ({} where nothing can be said)."""
+        profile = self.profiles.get(cfg.tp)
+        if profile is not None:
+            try:
+                out = simulate(self.arch, self.hardware, cfg, workload, load, cost=profile, kv_tokens=self.kv_tokens).summary
+            except BadInput as e:  # the simulator refuses a configuration a real server would refuse
+                log.info("calibration: %s", e)
+                return {}
+            pred = {k: float(v) for k, v in out.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            pred["calibrated"] = 1.0
+            return pred
+        base = dict(self.base(cfg, workload, load) or {}) if self.base else {}
+        obs = [o for o in self.observations if o.tp == cfg.tp]
+        if not obs or not base:
+            return base
+        # One concurrency measured: scale by measured over predicted at that point.
+        o = obs[-1]
+        ref = self.base(self.config_of(o.server_args), Workload.fixed(o.input_len, o.output_len), LoadPoint(concurrency=o.concurrency)) or {}
+        thr_k = o.output_throughput / ref["output_throughput"] if ref.get("output_throughput") else 1.0
+        tpot_k = o.tpot_s * 1e3 / ref["mean_tpot_ms"] if ref.get("mean_tpot_ms") else 1.0
+        for k in _THROUGHPUT_KEYS:
+            if k in base:
+                base[k] *= thr_k
+        for k in _TPOT_KEYS:
+            if k in base:
+                base[k] *= tpot_k
+        base["calibrated"] = 0.5
+        return base
+
+    # -- storing ----------------------------------------------------------------------------
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kv_tokens": self.kv_tokens,
+            "hardware": self.hardware.gpu.name if self.hardware is not None else None,
+            "refits": self.refits,
+            "points": len(self.observations),
+            # Seconds as fitted (exact round trip); StepProfile.as_dict() is the display form.
+            "profiles": {str(tp): asdict(p) for tp, p in sorted(self.profiles.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], arch, hardware, config_of, base=None) -> StudyCalibration:
+        cal = cls(arch, hardware, config_of, base=base, kv_tokens=d.get("kv_tokens"), name=d.get("name", "study"))
+        for tp, p in (d.get("profiles") or {}).items():
+            cal.profiles[int(tp)] = StepProfile(**p)
+        cal.refits = int(d.get("refits", 0))
+        return cal
+
+
+def ape(predicted: float | None, measured: float | None) -> float | None:
+    """Absolute percentage error of one prediction, None where either side is missing."""
+    if predicted is None or not measured:
+        return None
+    return abs(predicted - measured) / abs(measured)
+
+
+def median_ape(pairs: list[tuple[float | None, float | None]]) -> float | None:
+    errs = [e for e in (ape(p, m) for p, m in pairs) if e is not None]
+    return statistics.median(errs) if errs else None
