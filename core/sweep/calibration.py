@@ -191,3 +191,79 @@ def ape(predicted: float | None, measured: float | None) -> float | None:
 def median_ape(pairs: list[tuple[float | None, float | None]]) -> float | None:
     errs = [e for e in (ape(p, m) for p, m in pairs) if e is not None]
     return statistics.median(errs) if errs else None
+
+
+class CalibratedPredictor:
+    """The sweep's predictor, calibrated by the study's own points as they are measured.
+
+    Wraps the estimator-backed predictor (``fits``/``predict``, as the strategies call it);
+    :meth:`observe` is called by the runner after each stored point. The adaptive strategy's
+    ranking and the SLA search's bracket then read calibrated numbers."""
+
+    def __init__(self, base, calibration: StudyCalibration):
+        self.base = base
+        self.calibration = calibration
+        if calibration.base is None and base is not None:
+            calibration.base = base.predict
+
+    def fits(self, cfg: ServerConfig, workload: Workload | None = None):
+        if self.base is None:
+            return True, None, None
+        return self.base.fits(cfg, workload)
+
+    def predict(self, cfg: ServerConfig, workload: Workload, load: LoadPoint) -> dict[str, float]:
+        return self.calibration.predict(cfg, workload, load)
+
+    def observe(self, server_args: dict[str, Any], client_args: dict[str, Any], summary: dict[str, Any]) -> bool:
+        return self.calibration.observe(server_args, client_args, summary)
+
+
+def machine_of(spec) -> tuple[Any, int | None]:
+    """(hardware, kv_tokens) a study's points were measured on: the spec's GPU or instance,
+    or, for vLLM on CPU (``VLLM_CPU_KVCACHE_SPACE`` in the engine's environment), a CPU host
+    whose KV cache is that many GiB. (None, None) where neither is known."""
+    from core.catalog import resolve_hardware
+    from core.simulate.profiles import cpu_hardware
+
+    if spec.instance or spec.gpu:
+        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance), None
+    env = dict(spec.engine.env or {})
+    if spec.engine.kind != "sim" and "VLLM_CPU_KVCACHE_SPACE" in env:
+        from core.catalog import load_model
+
+        gib = float(env["VLLM_CPU_KVCACHE_SPACE"])
+        return cpu_hardware(), int(gib * 2**30 // load_model(spec.model).kv_bytes_per_token())
+    return None, None
+
+
+def for_study(spec, base=None) -> StudyCalibration | None:
+    """A fresh calibration for a study's machine (None where the machine is unknown)."""
+    from core.catalog import load_model
+    from core.sweep.space import server_config
+
+    hardware, kv_tokens = machine_of(spec)
+    if hardware is None:
+        return None
+    return StudyCalibration(load_model(spec.model), hardware, lambda a: server_config(spec.model, a), base=base, kv_tokens=kv_tokens)
+
+
+def stored(store, study: str) -> StudyCalibration:
+    """The calibration a study stored (``knee estimate --calibrate-from``). Raises BadInput
+    naming what is missing: the study, or a fitted profile in it."""
+    row = store.study(study)
+    if row is None:
+        raise BadInput(f"no study named {study!r} in {store.shown_url}", "see knee results --list")
+    d = (row.get("info") or {}).get("calibration")
+    if not d or not d.get("profiles"):
+        raise BadInput(
+            f"study {study!r} has no fitted calibration",
+            "it needs closed-loop points measured at two concurrencies or more on a real engine",
+        )
+    from core.catalog import load_model
+    from core.sweep.space import server_config
+
+    spec = store.spec(study)
+    hardware, _ = machine_of(spec)
+    if hardware is None:
+        raise BadInput(f"study {study!r} does not say which machine it measured", "it was run without --gpu/--instance")
+    return StudyCalibration.from_dict(d, load_model(spec.model), hardware, lambda a: server_config(spec.model, a))
