@@ -24,6 +24,7 @@ and exported with it; ``knee estimate --calibrate-from STUDY`` rebuilds it with
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -113,8 +114,13 @@ class StudyCalibration:
         ]
         try:
             profile = fit_step_profile(points, self.arch, self.hardware, points[0].config, kv_tokens=self.kv_tokens, name=f"{self.name}-tp{tp}")
-        except BadInput as e:  # too few distinct points after all: keep the last profile
-            log.info("calibration: no refit for TP%d: %s", tp, e)
+        except (BadInput, ValueError, ZeroDivisionError) as e:
+            # Noisy points can drive the fit's refinement off (a NaN cost, measured once on a
+            # loaded box): the study keeps its last good profile rather than stop the sweep.
+            log.warning("calibration: no refit for TP%d from %d points: %s", tp, len(points), e)
+            return False
+        if not all(math.isfinite(v) and v >= 0 for v in (profile.step_s, profile.seq_s, profile.token_s, profile.request_overhead_s)):
+            log.warning("calibration: refit for TP%d gave a non-finite or negative cost (%s); kept the last profile", tp, profile)
             return False
         self.profiles[tp] = profile
         self.refits += 1
@@ -267,3 +273,22 @@ def stored(store, study: str) -> StudyCalibration:
     if hardware is None:
         raise BadInput(f"study {study!r} does not say which machine it measured", "it was run without --gpu/--instance")
     return StudyCalibration.from_dict(d, load_model(spec.model), hardware, lambda a: server_config(spec.model, a))
+
+
+def replay(points, calibration: StudyCalibration, workload_of) -> list[dict[str, Any]]:
+    """Each stored point in the order it was measured, with what the calibration predicted for
+    it just before (``calibrated``) and what the base predictor did (``base``): the live
+    sequence again, from the store (the runner's calibration sees the same points in the same
+    order, so this is what it predicted). ``workload_of(point)`` gives the point's workload."""
+    from core.spec.serving import LoadPoint
+
+    out = []
+    for p in sorted((p for p in points if p.status == "ok" and not p.simulated), key=lambda p: p.started_at or 0):
+        conc = p.client_args.get("max_concurrency")
+        if not conc:
+            continue
+        cfg, wl, load = calibration.config_of(p.server_args), workload_of(p), LoadPoint(concurrency=int(conc))
+        base = calibration.base(cfg, wl, load) if calibration.base else {}
+        out.append({"point": p, "base": base or {}, "calibrated": calibration.predict(cfg, wl, load), "stage": calibration.stage(cfg.tp)})
+        calibration.observe(p.server_args, p.client_args, p.summary)
+    return out

