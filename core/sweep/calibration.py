@@ -292,3 +292,13 @@ def replay(points, calibration: StudyCalibration, workload_of) -> list[dict[str,
         out.append({"point": p, "base": base or {}, "calibrated": calibration.predict(cfg, wl, load), "stage": calibration.stage(cfg.tp)})
         calibration.observe(p.server_args, p.client_args, p.summary)
     return out
+
+
+def predict_curve(cal: StudyCalibration, cfg: ServerConfig, input_len: int, output_len: int, concurrencies: list[int]) -> list[dict[str, Any]]:
+    """Calibrated predictions for ``cfg`` at each closed-loop concurrency (what
+    ``knee estimate --calibrate-from`` prints): the vllm-bench keys plus the stage used."""
+    rows = []
+    for c in concurrencies:
+        wl = Workload.fixed(input_len, output_len, num_prompts=max(4 * c, 16))
+        rows.append({"concurrency": c, "stage": cal.stage(cfg.tp), **cal.predict(cfg, wl, LoadPoint(concurrency=c))})
+    return rows

@@ -37,10 +37,17 @@ def register(sub) -> None:
     p.add_argument("--engine", help="vllm (default), sglang, tensorrt-llm")
     p.add_argument("--engine-version", help="e.g. 0.5.4 selects vLLM's pre-0.6 profile")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.add_argument("--calibrate-from", metavar="STUDY", help="predict with the step profile this study fitted on its own machine")
+    p.add_argument("--storage", help="study store path or SQLAlchemy URL (with --calibrate-from)")
+    p.add_argument("--workspace", help="directory of the study store (default .knee; with --calibrate-from)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.calibrate_from:
+        from tui.cli.estimate_calibrated import run_calibrated
+
+        return run_calibrated(args)
     from core.errors import BadInput
     from core.estimate.report import estimate
     from core.spec.plan import Plan

@@ -1,0 +1,63 @@
+"""``knee estimate --calibrate-from STUDY``: predictions from the step profile a study fitted
+on its own machine (core/sweep/calibration.py), for other concurrencies, knobs and lengths.
+
+The study's model and machine are the ones used: a calibration describes the machine it was
+measured on, so ``--gpu``/``--instance``/``--model`` are refused here rather than silently
+ignored.
+"""
+
+from __future__ import annotations
+
+from tui.cli.common import int_list, print_json
+
+
+def run_calibrated(args) -> int:
+    from core.errors import BadInput
+    from core.results.store import StudyStore, default_storage
+    from core.sweep import calibration as calib
+    from core.sweep.space import server_config
+
+    for flag in ("gpu", "instance", "model", "plan"):
+        if getattr(args, flag, None):
+            raise BadInput(
+                f"--{flag} cannot be combined with --calibrate-from",
+                "the calibration describes the study's own model and machine; drop the flag",
+            )
+    store = StudyStore(args.storage or default_storage(getattr(args, "workspace", None)), create=False)
+    cal = calib.stored(store, args.calibrate_from)
+    spec = store.spec(args.calibrate_from)
+    tps = int_list(args.tp, "--tp") if args.tp else sorted(cal.profiles)
+    missing = [t for t in tps if t not in cal.profiles]
+    if missing:
+        raise BadInput(
+            f"study {args.calibrate_from!r} has no calibration for TP{missing[0]}",
+            f"it fitted TP {', '.join(map(str, sorted(cal.profiles)))}; measure TP{missing[0]} at two concurrencies",
+        )
+    isl = int(args.input_len or spec.input_len)
+    osl = int(args.output_len or spec.output_len)
+    concs = int_list(args.concurrency, "--concurrency") if args.concurrency else [1, 2, 4, 8, 16, 32, 64]
+    knobs = {"tensor_parallel_size": None}
+    for flag, key in (("max_num_seqs", "max_num_seqs"), ("max_num_batched_tokens", "max_num_batched_tokens"), ("max_model_len", "max_model_len")):
+        if getattr(args, flag, None):
+            knobs[key] = getattr(args, flag)
+    out = []
+    for tp in tps:
+        cfg = server_config(spec.model, {**{k: v for k, v in knobs.items() if v is not None}, "tensor_parallel_size": tp})
+        out.append({"tp": tp, "profile": cal.profiles[tp].as_dict(), "points": calib.predict_curve(cal, cfg, isl, osl, concs)})
+    if args.json:
+        print_json({"study": args.calibrate_from, "model": spec.model, "input_len": isl, "output_len": osl, "calibrated": out})
+        return 0
+    print(f"{spec.model}: calibrated by study {args.calibrate_from!r} ({cal.as_dict()['points']} points, {cal.refits} refits), {isl} in / {osl} out")
+    for block in out:
+        p = block["profile"]
+        print(f"TP{block['tp']}: step {p['step_ms']:.3f} ms + {p['seq_ms']:.4f} ms/seq + {p['token_us']:.2f} us/token, request overhead {p['request_overhead_ms']:.1f} ms")
+        print(f"  {'conc':>5} {'TTFT ms':>9} {'TPOT ms':>9} {'E2E s':>8} {'req/s':>8} {'out tok/s':>10}")
+        for r in block["points"]:
+            if "mean_ttft_ms" not in r:
+                print(f"  {r['concurrency']:>5} does not run (see knee estimate without --calibrate-from)")
+                continue
+            print(
+                f"  {r['concurrency']:>5} {r['mean_ttft_ms']:9.1f} {r['mean_tpot_ms']:9.2f} {r['mean_e2el_ms'] / 1e3:8.2f} "
+                f"{r['request_throughput']:8.2f} {r['output_throughput']:10.1f}"
+            )
+    return 0
