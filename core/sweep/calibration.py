@@ -64,7 +64,7 @@ def observation(server_args: dict[str, Any], client_args: dict[str, Any], summar
     ttft, tpot, thr = summary.get("mean_ttft_ms"), summary.get("mean_tpot_ms"), summary.get("output_throughput")
     if client_args.get("request_rate") not in (None, "inf", float("inf")) or not conc or done <= 0:
         return None
-    if not ttft or not tpot or not thr:
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (ttft, tpot, thr)):
         return None
     isl = round((summary.get("total_input_tokens") or 0) / done)
     osl = round((summary.get("total_output_tokens") or 0) / done)
@@ -302,3 +302,71 @@ def predict_curve(cal: StudyCalibration, cfg: ServerConfig, input_len: int, outp
         wl = Workload.fixed(input_len, output_len, num_prompts=max(4 * c, 16))
         rows.append({"concurrency": c, "stage": cal.stage(cfg.tp), **cal.predict(cfg, wl, LoadPoint(concurrency=c))})
     return rows
+
+
+class StudyLearner:
+    """What the runner calls around each real measured point: predict it from what the study
+    measured before it, learn from it, store the profile with the study, and report both.
+
+    The ``calibration`` event carries the point's prediction made before it was measured
+    (uncalibrated and calibrated) beside what was measured, so the Sweep and Pareto views and
+    ``knee attach`` can show predicted against measured as the sweep goes."""
+
+    KEYS = ("output_throughput", "mean_tpot_ms", "mean_ttft_ms", "request_throughput")
+
+    def __init__(self, store, study: str, calibration: StudyCalibration):
+        self.store, self.study, self.calibration = store, study, calibration
+
+    @classmethod
+    def for_runner(cls, store, study: str, spec, base_predictor) -> StudyLearner | None:
+        """None on the simulator (nothing to learn: it is the model) or where the machine is unknown."""
+        if spec.engine.kind == "sim":
+            return None
+        try:
+            cal = for_study(spec, base=base_predictor.predict if base_predictor is not None else None)
+        except BadInput as e:  # unknown model or hardware: the sweep runs uncalibrated, and says so
+            log.warning("calibration off for study %s: %s", study, e)
+            return None
+        if cal is None:
+            return None
+        if cal.base is None:
+            # No estimator-backed predictor for this spec (a CPU host has no GPU entry): the
+            # uncalibrated reference is the estimator pricing the machine from nominal figures.
+            from core.sweep.predict import Predictor
+
+            cal.base = Predictor(cal.arch, cal.hardware).predict
+        cal.name = study
+        # A resumed study learns again from what it already measured, in the order measured.
+        for p in sorted(store.points(study, status="ok"), key=lambda p: p.started_at or 0):
+            if not p.simulated:
+                cal.observe(p.server_args, p.client_args, p.summary)
+        return cls(store, study, cal)
+
+    def after_point(self, cfg: ServerConfig, workload: Workload, load: LoadPoint, row) -> dict[str, Any] | None:
+        """Learn from one stored point; the ``calibration`` event's data (None when the point
+        cannot inform a fit)."""
+        if row.status != "ok" or row.simulated:
+            return None
+        base = self.calibration.base(cfg, workload, load) if self.calibration.base else {}
+        before = self.calibration.predict(cfg, workload, load)
+        stage = self.calibration.stage(cfg.tp)
+        refitted = self.calibration.observe(row.server_args, row.client_args, row.summary)
+        if refitted:
+            info = dict((self.store.study(self.study) or {}).get("info") or {})
+            info["calibration"] = self.calibration.as_dict()
+            self.store.set_study(self.study, info=info)
+        pick = lambda d: {k: _num(d.get(k)) for k in self.KEYS}  # noqa: E731
+        return {
+            "point_id": row.point_id,
+            "tp": cfg.tp,
+            "stage": stage,
+            "refitted": refitted,
+            "refits": self.calibration.refits,
+            "uncalibrated": pick(base or {}),
+            "predicted": pick(before or {}),
+            "measured": pick(row.summary),
+        }
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None

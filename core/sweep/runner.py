@@ -44,6 +44,7 @@ from core.serve.process import CRASHED, ServerFailed
 from core.serve.telemetry import TelemetrySampler, format_gpu, gpu_live
 from core.spec.slo import parse_constraints
 from core.spec.study import PointRow, SweepSpec
+from core.sweep.calibration import CalibratedPredictor, StudyLearner
 from core.sweep.measure import HttpMeasurer, Measurement, PointContext, SimMeasurer
 from core.sweep.space import PointPlan, TrialPlan
 from core.sweep.strategies import Strategy, make_strategy
@@ -134,8 +135,15 @@ class Runner:
         self.spec = store.spec(study)
         self.slo = parse_constraints(self.spec.constraints)
         self.measurer = measurer if measurer is not None else default_measurer(self.spec)
+        self.learner = None
         if predictor == "auto":
-            predictor = default_predictor(self.spec) if self.spec.strategy in ("adaptive", "sla") else None
+            base = default_predictor(self.spec)
+            # A real sweep learns its machine as it measures (core/sweep/calibration.py): the
+            # strategies then rank and bracket with calibrated predictions.
+            self.learner = StudyLearner.for_runner(store, study, self.spec, base)
+            if self.learner is not None:
+                base = CalibratedPredictor(base, self.learner.calibration)
+            predictor = base if self.spec.strategy in ("adaptive", "sla") else None
         self.predictor = predictor
         self.on_event = on_event
         self.workspace = workspace
@@ -539,6 +547,8 @@ class Runner:
                 else:
                     self._checkpoint(tid, server_up=server is not None)
                     row = self._measure(trial, tid, point, server, cmd)
+                    if self.learner is not None and (learned := self.learner.after_point(trial.config, point.workload, point.load, row)):
+                        self.emit("calibration", **learned)
                     strategy.observe(trial, point, row)
                     if row.status == "failed" and row.reason and row.reason.startswith(CRASHED):
                         self._fail_trial(strategy, trial, tid, CRASHED, row.reason.split(": ", 1)[-1], started, stored_point=point.point_id)

@@ -33,8 +33,10 @@ def run_calibrated(args) -> int:
             f"study {args.calibrate_from!r} has no calibration for TP{missing[0]}",
             f"it fitted TP {', '.join(map(str, sorted(cal.profiles)))}; measure TP{missing[0]} at two concurrencies",
         )
-    isl = int(args.input_len or spec.input_len)
-    osl = int(args.output_len or spec.output_len)
+    # Default lengths: what the study measured (its calibration is surest there).
+    obs = cal_lengths(store, args.calibrate_from)
+    isl = int(args.input_len or obs[0] or spec.input_len)
+    osl = int(args.output_len or obs[1] or spec.output_len)
     concs = int_list(args.concurrency, "--concurrency") if args.concurrency else [1, 2, 4, 8, 16, 32, 64]
     knobs = {"tensor_parallel_size": None}
     for flag, key in (("max_num_seqs", "max_num_seqs"), ("max_num_batched_tokens", "max_num_batched_tokens"), ("max_model_len", "max_model_len")):
@@ -61,3 +63,15 @@ def run_calibrated(args) -> int:
                 f"{r['request_throughput']:8.2f} {r['output_throughput']:10.1f}"
             )
     return 0
+
+
+def cal_lengths(store, study: str) -> tuple[int | None, int | None]:
+    """Median measured input and output tokens per request over the study's closed-loop points."""
+    import statistics
+
+    from core.sweep.calibration import observation
+
+    obs = [o for p in store.points(study, status="ok") if (o := observation(p.server_args, p.client_args, p.summary))]
+    if not obs:
+        return None, None
+    return int(statistics.median(o.input_len for o in obs)), int(statistics.median(o.output_len for o in obs))
