@@ -304,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="honest validation: fit the physical parameters in-sample and leave-one-source-out (bench/fit.py; ~1 min per 100 rows)")
     ap.add_argument("--loso-key", choices=("id", "publisher"), default="id",
                     help="source of a row: its id prefix (default), or that prefix without trailing digits (trt09/trt014/trt10 -> trt)")
+    ap.add_argument("--bands-out", metavar="FILE",
+                    help="write the error bands (10th/90th percentile of measured/predicted per metric) that knee estimate shows: "
+                         "from the held-out predictions with --loso, else from the shipped estimator on these rows")
     a = ap.parse_args(argv)
     for p in a.path:
         if not Path(p).exists():
@@ -314,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     except json.JSONDecodeError as e:
         print(f"bench.accuracy: {' '.join(a.path)} is not JSONL: {e}", file=sys.stderr)
         return 2
+    if a.bands_out:
+        from bench.bands import write_bands
+
+        write_bands(rep["rows"], a.bands_out, a.path, "knee_loso" if a.loso else "knee")
     if a.json:
         json.dump(R.clean(rep), sys.stdout, indent=1, default=str, allow_nan=False)
         print()

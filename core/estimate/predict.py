@@ -72,6 +72,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from core.errors import BadInput
+from core.estimate.bands import band
 from core.estimate.costmodel import Batch, CostModel, engine_profile
 from core.estimate.memory import MemoryPlan, plan_memory
 from core.spec.hardware import GPU
@@ -217,6 +218,10 @@ class Prediction:
             "decode_bottleneck": self.decode_bottleneck,
             "percentiles": "approximate (analytic model)",
         }
+        # Low/high of each mean from measured residuals (core/estimate/bands.py).
+        means = {"ttft_ms": self.ttft_ms.mean, "itl_ms": self.itl_ms.mean, "tpot_ms": self.tpot_ms.mean, "e2e_s": self.e2e_s.mean,
+                 "req_per_s": self.req_per_s, "output_tok_per_s": self.output_tok_per_s}
+        d["bands"] = {k: {e: _round(x, 4) for e, x in b.items()} for k, v in means.items() if (b := band(k, v)) is not None}
         return d
 
 

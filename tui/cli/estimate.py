@@ -208,6 +208,7 @@ def format_report(r) -> str:
             k.decode_bottleneck,
         ])
     out += _table(["config", "conc", "req/s", "out tok/s", "$/1M out", "prefill bound by", "decode bound by"], rows, {1, 2, 3, 4})
+    out += _bands(r)
 
     s = r.suggestion
     if s:
@@ -225,3 +226,23 @@ def format_report(r) -> str:
     for n in r.notes:
         out.append(f"note: {n}")
     return "\n".join(out)
+
+
+def _bands(r) -> list[str]:
+    """The error band of each configuration's at-knee numbers (core/estimate/bands.py)."""
+    from core.estimate.bands import band, source
+
+    lines = ["", f"Error bands at the knee, low-high ({source()})"]
+    rows = []
+    for ce in r.configs:
+        k = ce.at_knee
+        cells = [ce.label]
+        for key, v, fmt in (("ttft_ms", k.ttft_ms.mean, _ms), ("itl_ms", k.itl_ms.mean, lambda x: f"{x:.1f}"),
+                            ("e2e_s", k.e2e_s.mean, lambda x: f"{x:.2f}"), ("req_per_s", k.req_per_s, lambda x: f"{x:.2f}"),
+                            ("output_tok_per_s", k.output_tok_per_s, _num)):
+            b = band(key, v)
+            cells.append(f"{fmt(v)} ({fmt(b['low'])}-{fmt(b['high'])})" if b else fmt(v))
+        rows.append(cells)
+    if not any(band(k, 1.0) for k in ("ttft_ms", "output_tok_per_s")):
+        return []
+    return lines + _table(["config", "TTFT ms", "ITL ms", "E2E s", "req/s", "out tok/s"], rows, {1, 2, 3, 4, 5})
