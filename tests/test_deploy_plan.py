@@ -415,3 +415,17 @@ def test_from_study_picks_the_best_point_that_met_the_slos():
     assert src.simulated and src.trial_id == "3" and src.study == "s1" and "max_concurrency=32" in src.note
     with pytest.raises(BadInput, match="no trial 7"):
         from_study(store, 7, to_config=lambda model, args: ServerConfig(model=model, **args))
+
+
+def test_a_simulated_trial_is_sized_on_the_pessimistic_edge_of_its_band():
+    """Issue 11 item 5: a prediction sizes the endpoint on the low edge of its throughput band
+    (core/estimate/bands.py), a measurement on itself; the plan says which."""
+    from core.estimate.bands import pessimistic
+
+    measured = build_plan(_src(), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
+    predicted = build_plan(_src(simulated=True), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
+    assert measured.sizing.sized_on == "measured" and measured.sizing.request_throughput_per_copy == 1.5
+    edge = pessimistic("req_per_s", 1.5)
+    assert edge < 1.5 and predicted.sizing.request_throughput_per_copy == pytest.approx(edge)
+    assert predicted.sizing.instance_count > measured.sizing.instance_count
+    assert "pessimistic edge" in predicted.sizing.sized_on and "pessimistic edge" in render_text(predicted)

@@ -82,6 +82,7 @@ class Sizing(BaseModel):
     price_source: str | None
     price_uncertain: bool
     throughput_simulated: bool
+    sized_on: str = "measured"  # which throughput the count was sized on (a simulated one: its pessimistic edge)
     cpu_cores_per_copy: float | None = None
     memory_mb_per_copy: int | None = None
     weights_gib_per_gpu: float | None = None
@@ -229,6 +230,16 @@ def _size(src: DeploySource, target: DeployTarget, inst: Instance, style: Style,
     copies = inst.num_gpus // gpus_per_copy if style == "inference-components" else 1
     rps = src.request_throughput
     tps = src.output_throughput
+    sized_on = "measured"
+    if src.simulated and (rps or tps):
+        # A simulated trial is a prediction: size on the pessimistic edge of its error band
+        # (core/estimate/bands.py), so a 1.8x optimistic estimate does not halve the endpoint.
+        from core.estimate.bands import pessimistic
+
+        rps = pessimistic("req_per_s", rps) if rps else rps
+        tps = pessimistic("output_tok_per_s", tps) if tps else tps
+        sized_on = "pessimistic edge of the prediction's error band (10th percentile of measured/predicted throughput)"
+        warnings.append(f"throughput is simulated: sized on the {sized_on}, {rps:.2f} req/s per copy" if rps else f"throughput is simulated: sized on the {sized_on}")
     if target.target_rps is not None and rps is None:
         raise BadInput("--target-rps needs the trial's request throughput per replica",
                        "use a measured trial or pass --request-throughput")
@@ -273,6 +284,7 @@ def _size(src: DeploySource, target: DeployTarget, inst: Instance, style: Style,
         price_source=inst.price_source,
         price_uncertain="price_per_hour" in inst.uncertain,
         throughput_simulated=src.simulated,
+        sized_on=sized_on,
     )
 
 

@@ -24,7 +24,7 @@ def summary_lines(plan: DeployPlan) -> list[str]:
     src = plan.source
     cfg = src.config
     price_note = f"{plan.instance.price_region}, {s.price_date or 'undated'}, {s.price_source}{', uncertain' if s.price_uncertain else ''}"
-    kind = "simulated" if s.throughput_simulated else "measured"
+    kind = "simulated, sized on its pessimistic edge" if s.throughput_simulated and s.sized_on != "measured" else ("simulated" if s.throughput_simulated else "measured")
     lines = [
         f"Deployment   {plan.name}  ({plan.region})",
         f"Source       {src.label}" + (f"  {src.note}" if src.note else ""),
