@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Subcommand modules, in the order ``knee --help`` lists them.
-COMMANDS = ["estimate", "sweep", "results", "import_", "attach", "bench", "deploy", "catalog"]
+COMMANDS = ["estimate", "recommend", "sweep", "results", "import_", "attach", "bench", "deploy", "catalog"]
 
 
 class _Parser(argparse.ArgumentParser):

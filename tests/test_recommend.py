@@ -1,0 +1,86 @@
+"""knee recommend (issue 13): the estimator across the catalog, through the real CLI, offline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.catalog import instances
+from tui.cli import main
+
+WALKTHROUGH = ["--model", "Qwen/Qwen3-4B", "--input-len", "1024", "--output-len", "512",
+               "--constraints", "e2e_latency:p99<60s", "--target-rps", "5"]
+
+
+def run_json(capsys, *args) -> dict:
+    capsys.readouterr()
+    assert main(["recommend", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_walkthrough_goal_ranks_the_catalog_with_every_field(capsys):
+    d = run_json(capsys, *WALKTHROUGH, "--goal", "cost")
+    rows, excluded = d["rows"], d["excluded"]
+    # Every catalog instance type is either ranked or excluded with a reason.
+    assert {r["instance"] for r in rows} | {e["instance"] for e in excluded} == set(instances())
+    assert len(instances()) >= 25
+    for r in rows:
+        assert {"instance", "layout", "instances_needed", "usd_per_hour", "usd_per_1m_output_tokens", "capacity_rps"} <= set(r)
+        cap = r["capacity_rps"]
+        assert 0 < cap["low"] < cap["value"] < cap["high"]
+        assert r["instances_needed"] * cap["low"] >= 5 > (r["instances_needed"] - 1) * cap["low"]  # sized on the low edge
+        assert r["usd_per_hour_total"] == pytest.approx(r["usd_per_hour"] * r["instances_needed"], rel=1e-3)
+    totals = [r["usd_per_hour_total"] for r in rows]
+    assert totals == sorted(totals)  # goal cost with a target: cheapest fleet first
+    assert all(e["excluded"] for e in excluded)
+    assert any(e["excluded"].startswith("price unknown") for e in excluded)
+
+
+def test_throughput_goal_ranks_unpriced_instances_too(capsys):
+    d = run_json(capsys, *WALKTHROUGH, "--goal", "throughput")
+    assert len(d["rows"]) >= 25  # every instance type the model fits on, priced or not
+    lows = [r["capacity_rps"]["low"] for r in d["rows"]]
+    assert lows == sorted(lows, reverse=True)
+
+
+def test_the_g6_12xlarge_row_agrees_with_knee_estimate(capsys):
+    d = run_json(capsys, *WALKTHROUGH, "--goal", "cost", "--instances", "ml.g6.12xlarge", "--all-layouts")
+    capsys.readouterr()
+    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--input-len", "1024", "--output-len", "512",
+                 "--constraints", "e2e_latency:p99<60s", "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    by_layout = {(r["layout"]["tp"], r["layout"]["copies"]): r for r in d["rows"]}
+    assert len(by_layout) == len([c for c in est["configs"] if c["limits"]["slo_feasible"]])
+    for c in est["configs"]:
+        r = by_layout[(c["tp"], c["dp"])]
+        assert r["capacity_rps"]["value"] == pytest.approx(c["at_knee"]["req_per_s"], rel=1e-3)
+        assert r["output_tok_per_s"] == pytest.approx(c["at_knee"]["output_tok_per_s"], rel=1e-3)
+
+
+def test_a_70b_model_in_bf16_excludes_every_single_gpu_instance_with_the_reason(capsys):
+    d = run_json(capsys, "--model", "meta-llama/Llama-3.1-70B", "--constraints", "e2e_latency:p99<60s", "--target-rps", "5")
+    single = {n for n, i in instances().items() if i.num_gpus == 1}
+    excluded = {e["instance"]: e["excluded"] for e in d["excluded"]}
+    assert single <= set(excluded)
+    assert all(excluded[n].startswith("does not fit") and "GB" in excluded[n] for n in single)
+    assert not {r["instance"] for r in d["rows"]} & single
+
+
+def test_text_output_ranks_and_lists_exclusions(capsys):
+    capsys.readouterr()
+    assert main(["recommend", *WALKTHROUGH, "--instances", "ml.g6*"]) == 0
+    out = capsys.readouterr().out
+    assert "ml.g6.12xlarge" in out and "Excluded" in out and "low edge" in out
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--instances", "ml.nope*"], "no instance type matches"),
+    (["--target-rps", "-1"], "--target-rps must be positive"),
+    (["--region", "eu-west-1"], "no bundled prices for eu-west-1"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, args, msg):
+    capsys.readouterr()
+    assert main(["recommend", "--model", "Qwen/Qwen3-4B", *args]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1 and "Traceback" not in err
