@@ -23,8 +23,8 @@ from pathlib import Path
 
 import re
 
-import httpx
 
+from core.serve import localhttp
 from core.errors import BadInput
 
 # Failure kinds (stored as the prefix of a reason: "oom: ...").
@@ -238,22 +238,21 @@ class ServerProcess:
     def wait_ready(self, url: str, timeout_s: float, poll_s: float = 0.25, cancel: threading.Event | None = None) -> float:
         """Poll ``url`` until HTTP 200, watching the process. Returns seconds taken."""
         t0 = time.monotonic()
-        with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
-            while True:
-                code = self.exit_code()
-                if code is not None:
-                    raise ServerFailed(*self.exit_reason(code, "before it was ready", CRASHED_AT_START))
-                try:
-                    if client.get(url).status_code == 200:
-                        return time.monotonic() - t0
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() - t0 > timeout_s:
-                    raise ServerFailed(START_TIMEOUT, f"not ready after {timeout_s:g} s (GET {url})\n{self.tail()}")
-                if cancel is not None and cancel.wait(poll_s):
-                    raise KeyboardInterrupt
-                elif cancel is None:
-                    time.sleep(poll_s)
+        while True:
+            code = self.exit_code()
+            if code is not None:
+                raise ServerFailed(*self.exit_reason(code, "before it was ready", CRASHED_AT_START))
+            try:
+                if localhttp.get(url, timeout_s=2.0)[0] == 200:
+                    return time.monotonic() - t0
+            except localhttp.LocalHTTPError:
+                pass  # not listening yet
+            if time.monotonic() - t0 > timeout_s:
+                raise ServerFailed(START_TIMEOUT, f"not ready after {timeout_s:g} s (GET {url})\n{self.tail()}")
+            if cancel is not None and cancel.wait(poll_s):
+                raise KeyboardInterrupt
+            elif cancel is None:
+                time.sleep(poll_s)
 
     def stop(self) -> None:
         """SIGTERM to the whole group, SIGKILL after ``stop_timeout_s``; idempotent."""

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-import httpx
+from core.serve import localhttp
 from prometheus_client.parser import text_string_to_metric_families
 
 # sample name → short key; vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc.
@@ -155,18 +155,17 @@ class TelemetrySampler:
 
     def _run(self) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        with httpx.Client(timeout=2.0, trust_env=False, headers=headers) as client:
-            while not self._stop.is_set():
-                self._sample(client)
-                self._stop.wait(self.interval_s)
-            self._sample(client)  # one last scrape so counters cover the whole point
+        while not self._stop.is_set():
+            self._sample(headers)
+            self._stop.wait(self.interval_s)
+        self._sample(headers)  # one last scrape so counters cover the whole point
 
-    def _sample(self, client: httpx.Client) -> None:
+    def _sample(self, headers: dict[str, str]) -> None:
         if self.base_url:
             try:
-                r = client.get(self.base_url + "/metrics")
-                if r.status_code == 200:
-                    m = parse_vllm_metrics(r.text)
+                status, text = localhttp.get(self.base_url + "/metrics", headers)
+                if status == 200:
+                    m = parse_vllm_metrics(text)
                     if m:
                         self._first = self._first or m
                         self._last = m
