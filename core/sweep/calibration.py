@@ -300,7 +300,8 @@ def predict_curve(cal: StudyCalibration, cfg: ServerConfig, input_len: int, outp
     rows = []
     for c in concurrencies:
         wl = Workload.fixed(input_len, output_len, num_prompts=max(4 * c, 16))
-        rows.append({"concurrency": c, "stage": cal.stage(cfg.tp), **cal.predict(cfg, wl, LoadPoint(concurrency=c))})
+        # The simulator's summary has its own (measured, fractional) "concurrency": ours wins.
+        rows.append({**cal.predict(cfg, wl, LoadPoint(concurrency=c)), "concurrency": c, "stage": cal.stage(cfg.tp)})
     return rows
 
 
