@@ -7,6 +7,9 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import core, tui, textual, optuna, moto" # fail fast if the install did not take
+# The package layers declared in pyproject.toml ([tool.importlinter]): a broken layer fails here.
+.venv/bin/lint-imports --no-cache >/tmp/knee-lint-imports.log 2>&1 || { cat /tmp/knee-lint-imports.log; echo "scripts/test.sh: lint-imports found a broken layer (above)"; exit 1; }
+echo "lint-imports: $(grep -c KEPT /tmp/knee-lint-imports.log) contracts kept"
 # The tmux tier drives the installed knee command in a real terminal (tests/test_tui_tmux.py).
 if ! command -v tmux >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -1,5 +1,7 @@
 import pytest
 
+from core.catalog import plan_hardware
+
 from core.errors import BadInput
 from core.spec import parse_constraints
 
@@ -29,7 +31,7 @@ def test_plan_round_trip_and_validation(tmp_path):
     from core.spec.plan import Plan, demo_plan
 
     plan = demo_plan()
-    assert plan.hardware().num_gpus == 4 and plan.slo.constraints[0].key == "p99_e2el_ms"
+    assert plan_hardware(plan).num_gpus == 4 and plan.slo.constraints[0].key == "p99_e2el_ms"
     path = tmp_path / "plan.toml"
     plan.save(path)
     assert Plan.load(path) == plan
@@ -45,4 +47,4 @@ def test_plan_on_gpus_reloads_without_the_default_instance(tmp_path):
     path = tmp_path / "gpu-plan.toml"
     plan.save(path)
     again = Plan.load(path)
-    assert again == plan and again.instance is None and again.hardware().gpu.name == "H100-SXM"
+    assert again == plan and again.instance is None and plan_hardware(again).gpu.name == "H100-SXM"

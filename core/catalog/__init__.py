@@ -3,4 +3,14 @@
 from core.catalog.hardware import get_gpu, get_instance, gpus, instances, resolve_hardware
 from core.catalog.models import bundled_models, load_model
 
-__all__ = ["get_gpu", "get_instance", "gpus", "instances", "resolve_hardware", "bundled_models", "load_model"]
+__all__ = ["get_gpu", "get_instance", "gpus", "instances", "resolve_hardware", "bundled_models", "load_model", "plan_arch", "plan_hardware"]
+
+
+def plan_hardware(plan):
+    """The hardware a :class:`core.spec.plan.Plan` names (its instance, or GPU x count)."""
+    return resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance)
+
+
+def plan_arch(plan):
+    """The architecture of a plan's model at its precision (bundled config, cache or hub)."""
+    return load_model(plan.model, precision=plan.precision)

@@ -102,7 +102,7 @@ def from_study(store: Any, trial_id: str | int, study: str | None = None, to_con
     request throughput among those that met the SLOs (all ok points when none did).
     ``to_config(model, server_args)`` defaults to the sweep's own mapping."""
     if to_config is None:
-        from core.sweep.space import server_config as to_config
+        from core.spec.server_args import server_config as to_config
 
     study = study or store.latest_study()
     if not study:

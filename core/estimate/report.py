@@ -148,7 +148,7 @@ def estimate(
     engine_version: str | None = None,
 ) -> EstimateReport:
     """Estimate every TP x DP configuration of a plan (or of the arguments)."""
-    from core.catalog import load_model, resolve_hardware
+    from core.catalog import load_model, plan_hardware, resolve_hardware
 
     # The plan's goals and hardware apply when a plan is given, or when nothing is (the demo
     # plan); arguments alone carry no constraints and need hardware of their own.
@@ -176,7 +176,7 @@ def estimate(
         elif num_gpus is not None and plan.gpu:
             hardware = resolve_hardware(gpu=plan.gpu, num_gpus=num_gpus)
         else:
-            hardware = plan.hardware()
+            hardware = plan_hardware(plan)
     if workload is None:
         i = input_len if input_len is not None else plan.input_len
         o = output_len if output_len is not None else plan.output_len

@@ -19,7 +19,7 @@ def recommend(store: StudyStore, study: str, objective: str | None = None, const
     was measured at, ``PointRow.simulated`` whether the numbers came from the simulator."""
     from core.results.io import study_meta
     from core.spec.slo import parse_constraints
-    from core.sweep.space import server_config
+    from core.spec.server_args import server_config
 
     row = store.study(study)
     if row is None:

@@ -166,7 +166,7 @@ def vllm_command(model: str, server_args: dict[str, Any]) -> str:
     what its best configuration would run on a GPU."""
     import shlex
 
-    from core.sweep.grammar import emit_args
+    from core.spec.server_args import emit_args
 
     return shlex.join(["vllm", "serve", model, *emit_args(server_args)])
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence
 from core.errors import BadInput
 from core.spec.slo import LATENCY_METRICS, SLO, parse_constraints
 from core.spec.study import PointRow, canonical_json, make_point_id
-from core.sweep.grammar import config_id, emit_args
+from core.spec.server_args import config_id, emit_args
 
 LLMO_STATS = ("mean", "median", "std", "p95", "p99")
 LLMO_METRICS = {"e2e_latency": "e2el", "ttft": "ttft", "tpot": "tpot", "itl": "itl"}

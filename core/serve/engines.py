@@ -26,7 +26,7 @@ from typing import Any
 from core.errors import BadInput
 from core.serve.process import ServerProcess, check_port_free, free_port
 from core.spec.study import EngineSpec
-from core.sweep.grammar import emit_args
+from core.spec.server_args import emit_args
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 

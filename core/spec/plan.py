@@ -65,16 +65,6 @@ class Plan(BaseModel):
     def slo(self) -> SLO:
         return parse_constraints(self.constraints)
 
-    def hardware(self):
-        from core.catalog import resolve_hardware
-
-        return resolve_hardware(gpu=self.gpu, num_gpus=self.num_gpus, instance=self.instance)
-
-    def arch(self):
-        from core.catalog import load_model
-
-        return load_model(self.model, precision=self.precision)
-
     def save(self, path: str | Path) -> None:
         # Unset optional fields are written as "" so that loading gives None back rather than
         # the field's default (a plan on --gpu must not reload on the default instance).

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import BadInput
+from core.spec.server_args import config_id, emit_args  # noqa: F401  (re-exported: the grammar's callers)
 
 # ---- known names and types -----------------------------------------------------------------
 # Client args are strict in llm-optimizer (predefined/client.py); the same table here.
@@ -263,31 +264,6 @@ def combinations(sets: list[ArgSet]) -> list[dict[str, Any]]:
     return out
 
 
-def _render(value: Any) -> str:
-    if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, separators=(",", ":"))
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def emit_args(args: dict[str, Any]) -> list[str]:
-    """argv items for server args: ``--kebab-name=value``; True → ``--flag``; False →
-    ``--no-flag`` (as ``vllm bench sweep`` does); dicts and lists as JSON; None → nothing."""
-    argv = []
-    for name, value in args.items():
-        flag = "--" + name.replace("_", "-")
-        if value is None:
-            continue
-        if value is True:
-            argv.append(flag)
-        elif value is False:
-            argv.append("--no-" + name.replace("_", "-"))
-        else:
-            argv.append(f"{flag}={_render(value)}")
-    return argv
-
-
 def canonical(args: dict[str, Any]) -> str:
     """Canonical JSON of an argument dict: the stable identity used for resume (llm-optimizer's
     str()-based config_id changes when a value goes through JSON; this does not)."""
@@ -302,13 +278,3 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
         return None
     return v
-
-
-def config_id(client_args: dict[str, Any], server_args: dict[str, Any]) -> str:
-    """llm-optimizer's config_id (``cli.py::get_config_id``), for file names and its records."""
-    parts = []
-    if client_args:
-        parts.append("client_" + "-".join(f"{k}-{v}" for k, v in sorted(client_args.items())))
-    if server_args:
-        parts.append("server_" + "-".join(f"{k}-{v}" for k, v in sorted(server_args.items())))
-    return "_".join(parts) or "default"

@@ -20,29 +20,8 @@ from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.study import SweepSpec, canonical_json, make_point_id
 from core.spec.workload import LengthDist, Workload
 from core.tomlfile import read_toml
+from core.spec.server_args import SERVER_FIELDS as _SERVER_FIELDS, server_config  # noqa: F401
 from core.sweep.grammar import ArgSet, CLIENT_ARG_TYPES, combinations, normalize_name, parse_part
-
-# server arg name → ServerConfig field (vLLM and SGLang spellings, and llm-optimizer's short ones)
-_SERVER_FIELDS = {
-    "tensor_parallel_size": "tp",
-    "tp_size": "tp",
-    "tp": "tp",
-    "data_parallel_size": "dp",
-    "dp_size": "dp",
-    "dp": "dp",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-    "chunked_prefill_size": "max_num_batched_tokens",
-    "max_num_seqs": "max_num_seqs",
-    "max_running_requests": "max_num_seqs",
-    "max_model_len": "max_model_len",
-    "context_length": "max_model_len",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "mem_fraction_static": "gpu_memory_utilization",
-    "quantization": "quantization",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "enable_prefix_caching": "enable_prefix_caching",
-}
-
 
 def sets_to_json(sets: list[ArgSet]) -> list[dict[str, Any]]:
     return [{"names": list(s.names), "values": [list(v) for v in s.values]} for s in sets]
@@ -50,28 +29,6 @@ def sets_to_json(sets: list[ArgSet]) -> list[dict[str, Any]]:
 
 def sets_from_json(data: list[dict[str, Any]]) -> list[ArgSet]:
     return [ArgSet(names=tuple(d["names"]), values=tuple(tuple(v) for v in d["values"])) for d in data]
-
-
-def server_config(model: str, server_args: dict[str, Any]) -> ServerConfig:
-    fields: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    for name, value in server_args.items():
-        f = _SERVER_FIELDS.get(name)
-        if f is None:
-            extra[name] = value
-        elif f == "enable_prefix_caching" and name == "disable_radix_cache":
-            fields[f] = not value
-        else:
-            fields[f] = value
-    if server_args.get("disable_radix_cache") is True:
-        fields["enable_prefix_caching"] = False
-        extra.pop("disable_radix_cache", None)
-    try:
-        return ServerConfig(model=model, extra_args=extra, **fields)
-    except ValidationError as e:
-        # Name the argument as the user typed it (tensor_parallel_size, not tp).
-        names = {f: n for n, f in _SERVER_FIELDS.items() if n in server_args}
-        raise bad_input_from(e, "server arg ", names, ServerConfig) from None
 
 
 def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, LoadPoint]:

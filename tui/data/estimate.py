@@ -111,8 +111,10 @@ def _limit_lines(report: EstimateReport) -> list[str]:
 def build_estimate(plan: Plan) -> EstimateView:
     """Everything the Estimate screen shows. Raises ``KneeError`` for a plan that cannot be
     estimated (unknown model, hardware); the screen shows the message."""
-    arch = plan.arch()
-    hw = plan.hardware()
+    from core.catalog import plan_arch, plan_hardware
+
+    arch = plan_arch(plan)
+    hw = plan_hardware(plan)
     report = estimate(plan, arch=arch, hardware=hw)
     kv_seqs = {ce.config.tp: ce.limits.kv_full_length for ce in report.configs}
     memory = tuple(MemoryRow(m.tp, hw.num_gpus // m.tp, m, kv_seqs.get(m.tp, 0)) for m in report.memory)
