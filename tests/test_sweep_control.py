@@ -282,3 +282,24 @@ def test_cli_control_without_a_store_or_with_two_requests(tmp_path, capsys):
         knee(["sweep", "--pause", "--stop", "--workspace", str(tmp_path)])
     assert e.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_detached_runner_gets_the_storage_url_out_of_sight_of_ps(tmp_path):
+    """A PostgreSQL URL may carry a password: the runner's command line (readable by every user
+    through /proc and ps) holds only the study name; the URL travels in its environment."""
+    from core.sweep.runner import STORAGE_ENV
+
+    db = tmp_path / "secret-store" / "knee.db"
+    db.parent.mkdir()
+    store = StudyStore(db)
+    name = create_study(store, sim_spec(), "quiet")
+    store.request_state(name, "pause")  # hold it so its /proc entry can be read
+    pid = start_detached(str(db), name, workspace=str(tmp_path))
+    wait_for(lambda: "paused" in kinds(store, name), what="the paused event")
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    assert "core.sweep.runner" in cmdline and name in cmdline
+    assert not any("secret-store" in a for a in cmdline) and "--storage" not in cmdline
+    environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+    assert f"{STORAGE_ENV}={db}" in environ
+    store.request_state(name, "stop")
+    wait_for(lambda: exited(pid), what="the runner's end")

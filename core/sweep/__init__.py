@@ -99,7 +99,10 @@ def create_study(store, spec: SweepSpec, name: str | None = None) -> str:
 def start_detached(storage: str, study: str, workspace: str | None = None, log_path: str | os.PathLike | None = None) -> int:
     """Start the runner as its own process (own session: a closed terminal or TUI does not
     stop it). Returns its pid; follow it with ``StudyStore.follow(study)``."""
-    argv = [sys.executable, "-m", "core.sweep.runner", "--storage", str(storage), "--study", study]
+    from core.sweep.runner import STORAGE_ENV
+
+    # The URL may hold a database password: it goes in the environment, not in argv (ps).
+    argv = [sys.executable, "-m", "core.sweep.runner", "--study", study]
     if workspace:
         argv += ["--workspace", str(workspace)]
     log = Path(log_path) if log_path else Path(workspace or Path(storage).parent) / "logs" / f"runner-{study}.log"
@@ -107,6 +110,7 @@ def start_detached(storage: str, study: str, workspace: str | None = None, log_p
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[STORAGE_ENV] = str(storage)
     with open(log, "ab") as f:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=env, close_fds=True)
     return p.pid

@@ -1,6 +1,6 @@
 """The sweep runner: launches servers, measures load points, stores every result at once.
 
-The runner is its own process (``python -m core.sweep.runner --storage URL --study NAME``,
+The runner is its own process (``python -m core.sweep.runner --study NAME``, the store URL in ``$KNEE_STORAGE_URL``,
 or in-process for the headless ``knee sweep``). Everything a viewer needs is in the study
 store: trials, points, per-request records, and an append-only event stream that the TUI and
 ``knee attach`` follow (:meth:`StudyStore.follow`). Closing a viewer never touches the runner.
@@ -55,6 +55,10 @@ INFEASIBLE = "infeasible"
 PROGRESS_HZ = 4.0
 CONTROL_POLL_S = 0.5  # how often a pause/continue/stop request is read from the store
 BEAT_S = 2.0  # heartbeat spacing (remote viewers call a runner dead after store.RUNNER_STALE_S without one)
+
+
+# Environment variable that carries the storage URL to a runner process (see main()).
+STORAGE_ENV = "KNEE_STORAGE_URL"
 
 
 class _Interrupted(Exception):
@@ -386,7 +390,10 @@ class Runner:
                     self._run_trial(strategy, t, done)  # fails at once as infeasible
                 elif need <= len(free):
                     take, free = free[:need], free[need:]
-                    argv = [sys.executable, "-m", "core.sweep.runner", "--storage", self.store.url, "--study", self.study,
+                    # The storage URL (it may hold a database password) travels in the environment,
+                    # never in argv, where any user's `ps` would show it.
+                    env[STORAGE_ENV] = self.store.url
+                    argv = [sys.executable, "-m", "core.sweep.runner", "--study", self.study,
                             "--worker-trial", t.trial_key, "--worker-gpus", ",".join(map(str, take))]
                     if self.workspace:
                         argv += ["--workspace", str(self.workspace)]
@@ -801,12 +808,15 @@ def main(argv: list[str] | None = None) -> int:
     from core.errors import KneeError
 
     ap = argparse.ArgumentParser(prog="knee-runner")
-    ap.add_argument("--storage", required=True)
+    ap.add_argument("--storage", default=os.environ.get(STORAGE_ENV),
+                    help=f"study store path or URL (default ${STORAGE_ENV}: how knee passes it, out of sight of ps)")
     ap.add_argument("--study", required=True)
     ap.add_argument("--workspace")
     ap.add_argument("--worker-trial", help="(internal) run only this trial, for a parallel coordinator")
     ap.add_argument("--worker-gpus", help="(internal) the GPUs the worker's trial gets, e.g. 0,1")
     a = ap.parse_args(argv)
+    if not a.storage:
+        ap.error(f"--storage or ${STORAGE_ENV} is required")
     kw: dict[str, Any] = {"workspace": a.workspace}
     if a.worker_trial is not None:
         kw["worker_trial"] = a.worker_trial
