@@ -109,3 +109,23 @@ def test_the_calibration_round_trips_through_plain_data(arch):
     assert again.profiles == cal.profiles and again.kv_tokens == KV and again.refits == cal.refits
     cfg, wl, load = server_config(MODEL, args), Workload.fixed(ISL, OSL, num_prompts=24), LoadPoint(concurrency=6)
     assert again.predict(cfg, wl, load)["output_throughput"] == cal.predict(cfg, wl, load)["output_throughput"]
+
+
+def test_a_calibration_event_reads_as_one_line_in_the_text_output_and_the_tui_log(tmp_path):
+    from core.results.store import StudyStore
+    from core.sweep import build_spec, create_study
+    from core.sweep.calibration import calibration_line
+    from tui.data.sweep_state import SweepFollower
+
+    d = {"point_id": "p1", "tp": 1, "stage": "profile", "refitted": True, "refits": 3,
+         "uncalibrated": {"output_throughput": 5000.0, "mean_tpot_ms": 0.7},
+         "predicted": {"output_throughput": 1416.3, "mean_tpot_ms": 3.1},
+         "measured": {"output_throughput": 1023.6, "mean_tpot_ms": 3.33}}
+    line = calibration_line(d)
+    assert line.startswith("calibration (calibrated)") and "1416 vs measured 1024 tok/s (+38%)" in line
+    assert "TPOT predicted 3.10 vs measured 3.33 ms (-7%)" in line and "refitted (3 so far)" in line
+    store = StudyStore(tmp_path / "knee.db")
+    name = create_study(store, build_spec("Qwen/Qwen3-4B", engine="sim", instance="ml.g6.12xlarge"), "c")
+    store.emit(name, "calibration", trial_id=7, **d)
+    snap = SweepFollower(store, name).poll()
+    assert line in snap.events_per_trial[7]

@@ -371,3 +371,22 @@ class StudyLearner:
 
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def calibration_line(d: dict[str, Any]) -> str:
+    """One line for a ``calibration`` event: predicted against measured for the point just
+    measured, and whether the profile was refitted (the sweep's text output and the TUI log)."""
+    p, m, u = d.get("predicted") or {}, d.get("measured") or {}, d.get("uncalibrated") or {}
+
+    def pair(key: str, unit: str, fmt: str) -> str:
+        if m.get(key) is None:
+            return ""
+        pred = p.get(key) if p.get(key) is not None else u.get(key)
+        err = f" ({(pred - m[key]) / m[key]:+.0%})" if pred is not None and m[key] else ""
+        shown = format(pred, fmt) if pred is not None else "-"
+        return f"{key.split('_')[0] if key != 'mean_tpot_ms' else 'TPOT'} predicted {shown} vs measured {format(m[key], fmt)} {unit}{err}"
+
+    parts = [x for x in (pair("output_throughput", "tok/s", ".0f"), pair("mean_tpot_ms", "ms", ".2f")) if x]
+    stage = {"profile": "calibrated", "scaled": "scaled by the first point", "none": "uncalibrated"}.get(d.get("stage", ""), d.get("stage", ""))
+    refit = f"; step profile refitted ({d.get('refits')} so far)" if d.get("refitted") else ""
+    return f"calibration ({stage}): " + "; ".join(parts) + refit

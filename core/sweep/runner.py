@@ -555,7 +555,7 @@ class Runner:
                     self._checkpoint(tid, server_up=server is not None)
                     row = self._measure(trial, tid, point, server, cmd)
                     if self.learner is not None and (learned := self.learner.after_point(trial.config, point.workload, point.load, row)):
-                        self.emit("calibration", **learned)
+                        self.emit("calibration", trial_id=tid, **learned)
                     strategy.observe(trial, point, row)
                     if row.status == "failed" and row.reason and row.reason.startswith(CRASHED):
                         self._fail_trial(strategy, trial, tid, CRASHED, row.reason.split(": ", 1)[-1], started, stored_point=point.point_id)

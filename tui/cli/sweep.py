@@ -288,6 +288,10 @@ class ProgressPrinter:
                 )
             else:
                 self._print(f"  {d.get('load', ''):>10}  FAILED: {(d.get('reason') or '').splitlines()[0]}")
+        elif kind == "calibration":
+            from core.sweep.calibration import calibration_line
+
+            self._print("  " + calibration_line(d))
         elif kind == "paused":
             server = ", its server stays up" if d.get("server_up") else ""
             study = f" --study {self.study}" if self.study else ""

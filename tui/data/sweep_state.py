@@ -301,7 +301,11 @@ class SweepFollower:
             self._paused = True
         elif kind in ("continued", "study_started", "study_done", "study_interrupted"):
             self._paused = False
-        if tid is not None and kind != "progress":
+        if tid is not None and kind == "calibration":
+            from core.sweep.calibration import calibration_line
+
+            self._events.setdefault(tid, deque(maxlen=200)).append(calibration_line(data))
+        elif tid is not None and kind != "progress":
             line = kind.replace("_", " ")
             if data.get("reason"):
                 line += f": {str(data['reason']).splitlines()[0]}"
