@@ -80,5 +80,11 @@ def test_every_token_stamped_in_order_within_the_servers_truth(server, monkeypat
         # The request reached the server after it was sent; the first token came TTFT later.
         assert recv >= rec.send_time + res.t0 - CONVERSION_SLACK_S
         assert rec.chunk_times[0] - rec.send_time >= TTFT_S - SERVER_EARLY_S - CONVERSION_SLACK_S
-    expect = "kernel" if kernel and rawhttp._SO_TIMESTAMPNS is not None else "user"
-    assert res.health.timestamps == expect
+    if kernel and rawhttp._SO_TIMESTAMPNS is not None:
+        # Linux turns packet stamping on through a deferred static key, so a read soon after
+        # the first socket asks for it can come unstamped (seen once in ~10 suite runs on a busy
+        # 2-core box): the client then stamps that read in user space and says "mixed". Either
+        # way the kernel's stamps are in use, and every stamp obeyed the bounds above.
+        assert res.health.timestamps in ("kernel", "mixed")
+    else:
+        assert res.health.timestamps == "user"
