@@ -30,16 +30,8 @@ from core.sweep import build_spec, create_study  # noqa: E402
 from core.sweep import calibration as calib  # noqa: E402
 from core.sweep.runner import Runner  # noqa: E402
 from support import tinymodel  # noqa: E402
+from test_sweep_realvllm import VLLM_ENV  # noqa: E402  (the realvllm tier's server environment)
 
-VLLM_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "VLLM_HOST_IP": "127.0.0.1",
-    "NO_PROXY": "127.0.0.1,localhost",
-}
 CONCURRENCIES = (1, 2, 4, 8)
 
 
