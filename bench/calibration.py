@@ -8,7 +8,7 @@ every point measured before it) and the measurement. Summary: median APE on outp
 throughput and TPOT over the points after the first three (the goal: calibrated <= 10%).
 No assertions (tests/test_calibration_realvllm.py asserts the mechanism).
 
-    .venv/bin/python bench/calibration.py [--prompts-per-slot 4] [--len 64]
+    .venv/bin/python bench/calibration.py [--prompts-per-slot 8] [--len 64] [--save F | --points F]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _pct(x: float | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts-per-slot", type=int, default=4, help="num_prompts = this x concurrency (16 at least)")
+    ap.add_argument("--prompts-per-slot", type=int, default=8, help="num_prompts = this x the highest concurrency (16 at least; 4 gave noisier fits)")
     ap.add_argument("--len", type=int, default=64, help="input and output tokens per request")
     ap.add_argument("--points", help="replay these stored points (JSON lines of PointRow, from --save) instead of measuring")
     ap.add_argument("--save", help="write the measured points here (JSON lines)")
