@@ -19,6 +19,22 @@ CARDS = {
     "Qwen/Qwen2.5-32B": 32.5,
     "meta-llama/Llama-3.2-3B": 3.21,
     "meta-llama/Llama-3.1-8B": 8.03,
+    "Qwen/Qwen3-0.6B": 0.6,
+    "Qwen/Qwen3-1.7B": 1.7,
+    "Qwen/Qwen3-235B-A22B": 235.0,
+    "Qwen/Qwen3-235B-A22B-FP8": 235.0,
+    "Qwen/Qwen3-30B-A3B-FP8": 30.5,
+    "Qwen/Qwen3-32B-FP8": 32.8,
+    "Qwen/Qwen3-Coder-480B-A35B-Instruct": 480.0,
+    "Qwen/Qwen3-30B-A3B-Instruct-2507": 30.5,
+    "Qwen/Qwen2.5-72B-Instruct": 72.7,
+    "deepseek-ai/DeepSeek-V3": 671.0,
+    "deepseek-ai/DeepSeek-R1": 671.0,
+    "deepseek-ai/DeepSeek-R1-0528": 671.0,
+    "mistralai/Mixtral-8x22B-v0.1": 141.0,
+    "mistralai/Mistral-7B-Instruct-v0.3": 7.25,
+    "meta-llama/Llama-3.1-405B": 405.0,
+    "MiniMaxAI/MiniMax-M2.5": 229.0,
 }
 
 
