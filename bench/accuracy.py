@@ -14,8 +14,9 @@ listed with the reason and the rest go on. The last line is a one-line summary. 
 reasons, and the summary (its one-line form as ``summary.line``).
 
 With ``--loso`` (issue 11, honest validation; :mod:`bench.fit`): the cost model's physical
-parameters (per GPU architecture mfu, mfu_fp8, mfu_attn, bw_weights, bw_kv, link_eff,
-allreduce_us; per engine profile step_us) are fitted to every predicted row (in-sample), and
+parameters (per GPU architecture mfu, mfu_fp8, mfu_attn, bw_weights, bw_kv; per
+interconnect link_eff, allreduce_us; per engine profile step_us; each pulled toward its
+calibration.toml value) are fitted to every predicted row (in-sample), and
 for each source (the id prefix) fitted to the other sources' rows and used to predict the
 held-out source's (leave-one-source-out). The report sets today's hand-set calibration
 (in-sample: it was tuned on these rows), the fitted in-sample and the LOSO median APEs side

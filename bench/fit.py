@@ -6,13 +6,28 @@
     lo = fit.loso(items)                             # leave one source out
 
 What is fitted (:func:`parameters`): per GPU architecture of ``calibration.toml`` the
-efficiency factors ``mfu``, ``mfu_fp8``, ``mfu_attn``, ``bw_weights``, ``bw_kv``,
-``link_eff`` and ``allreduce_us``, and per engine profile the host overhead per step
+efficiency factors ``mfu``, ``mfu_fp8``, ``mfu_attn``, ``bw_weights`` and ``bw_kv``; per
+interconnect (``nvlink``, ``pcie``: an A10G all-reduces like an L40S, not like an A100)
+``link_eff`` and ``allreduce_us``; and per engine profile the host overhead per step
 ``step_us``. Nothing per source and nothing per row. Bounds keep each physical: fractions of
-a peak in [0.2, 1.0], ``allreduce_us`` in [1, 100] us, ``step_us`` in [20, 10000] us. A
-parameter no training row's prediction depends on (no row of that architecture or engine
-profile, or no row that exercises it: ``link_eff`` without a TP>1 row, ``mfu_fp8`` without
-an FP8 row) keeps its ``calibration.toml`` value and is listed as fixed.
+a peak in [0.2, 1.0] (``link_eff`` [0.05, 1.0]), ``allreduce_us`` in [1, 300] us,
+``step_us`` in [20, 10000] us. A parameter no training row's prediction depends on (no row
+of that architecture or engine profile, or no row that exercises it: ``link_eff`` without a
+TP>1 row, ``mfu_fp8`` without an FP8 row) keeps its ``calibration.toml`` value and is listed
+as fixed.
+
+The prior (:data:`PRIOR_WEIGHT`, :data:`PRIOR_SIGMA`): each parameter is pulled toward its
+``calibration.toml`` value, a log-normal penalty of spread 0.25 (about ±28%; PCIe all-reduce,
+which no datasheet pins down, 1.0), so a parameter that a few training rows touch cannot run
+to a bound on them. Measured on ``measurements.jsonl`` (87 rows, 9 sources): without the
+prior the LOSO median APE was TTFT 26%, ITL 27%, E2E 47%, out tok/s 14%, 11-42 points above
+the in-sample fit (sglang's step_us went to 5000 us on one row, mfu_attn to 0.2 or 1.0 by
+fold); with it, LOSO and in-sample agree within 5 points (``python -m bench.accuracy
+--loso``; ``KNEE_FIT_PRIOR_WEIGHT=0`` reproduces the unregularised fit). The honest reading:
+the prior values were hand-set by people who had seen these rows, so LOSO on this file
+measures how stable the fit is, not independent error; ``python -m bench.transfer`` (fit on
+this file, judge on ``bench/data/published.jsonl``, which nothing was tuned on) is the
+independent check.
 
 The objective is a robust mean of ``|log(predicted / measured)|`` over every (row, metric)
 pair the rows measure (TTFT, ITL, E2E, req/s, output tok/s), each term capped at ``log 3``
@@ -52,6 +67,7 @@ values replaced; the file itself is never edited.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -65,11 +81,32 @@ ARCH_FIELDS = {
     "mfu_attn": (0.2, 1.0),
     "bw_weights": (0.2, 1.0),
     "bw_kv": (0.2, 1.0),
-    "link_eff": (0.2, 1.0),
-    "allreduce_us": (1.0, 100.0),
 }
+LINK_FIELDS = {"link_eff": (0.05, 1.0), "allreduce_us": (1.0, 300.0)}
 ENGINE_FIELDS = {"step_us": (20.0, 10000.0)}
 CAP = math.log(3.0)
+# The prior: each parameter's hand-set (datasheet / literature) value, with a log-normal
+# spread of PRIOR_SIGMA. Moving a parameter by a factor r costs
+# PRIOR_WEIGHT * (ln r / PRIOR_SIGMA)^2 / 2, in the objective's units (one capped |log ratio|
+# term). Without it a parameter that few training rows touch drifts to a bound on them
+# (sglang's step_us to 5000 us on one row, mfu_attn to 0.2 or 1.0) and the held-out source
+# pays; see the module docstring for the measured effect.
+PRIOR_SIGMA = float(os.environ.get("KNEE_FIT_PRIOR_SIGMA", "0.25"))
+PRIOR_WEIGHT = float(os.environ.get("KNEE_FIT_PRIOR_WEIGHT", "4.0"))
+
+
+# Priors no datasheet or paper pins down get a wide spread: NCCL all-reduce over PCIe
+# without peer-to-peer (g5/g6/g6e stage it through host memory) has no published per-call
+# figure we trust, so the rows decide.
+PRIOR_SIGMA_BY_NAME = {"interconnect.pcie.link_eff": 1.0, "interconnect.pcie.allreduce_us": 1.0}
+
+
+def prior_cost(value: float, prior: float, name: str = "") -> float:
+    """The penalty for moving a parameter from its prior (see :data:`PRIOR_WEIGHT`)."""
+    if PRIOR_WEIGHT <= 0:
+        return 0.0
+    z = math.log(value / prior) / PRIOR_SIGMA_BY_NAME.get(name, PRIOR_SIGMA)
+    return PRIOR_WEIGHT * z * z / 2
 
 
 def parameters() -> dict[str, tuple[float, float, float]]:
@@ -80,7 +117,7 @@ def parameters() -> dict[str, tuple[float, float, float]]:
 
     cal = _calibration_file()
     out = {}
-    for sec, fields in (("architecture", ARCH_FIELDS), ("engine", ENGINE_FIELDS)):
+    for sec, fields in (("architecture", ARCH_FIELDS), ("interconnect", LINK_FIELDS), ("engine", ENGINE_FIELDS)):
         for name, tab in cal[sec].items():
             for f, (lo, hi) in fields.items():
                 if f in tab:
@@ -260,7 +297,9 @@ def fit(its: list[Item], infl: dict[str, set[str]] | None = None, predict=None, 
                     ps = predict_with(rows, trial, predict)
                     calls += len(rows)
                     new = {it.id: terms(p, it.measured) for it, p in zip(rows, ps)}
-                    if sum(new.values()) < sum(cur[i] for i in new) - 1e-9:
+                    prior = params[name][0]
+                    moved_cost = prior_cost(nv, prior, name) - prior_cost(x[name], prior, name)
+                    if sum(new.values()) + moved_cost < sum(cur[i] for i in new) - 1e-9:
                         x = trial
                         cur.update(new)
                         preds.update({it.id: p for it, p in zip(rows, ps)})

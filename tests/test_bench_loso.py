@@ -108,3 +108,37 @@ def test_sim_accuracy_loso(rows_path, capsys):
     for f in h["folds"]:
         assert not set(f["held_ids"]) & set(f["train_ids"])
     assert "LOSO:" in rep["summary_line"]
+
+
+def test_the_prior_holds_parameters_that_the_rows_barely_move(monkeypatch):
+    """With the prior's weight near infinity every parameter keeps its calibration.toml value;
+    without it the same rows move some; the penalty is zero at the prior and grows both ways."""
+    from bench import fit
+
+    assert fit.prior_cost(0.5, 0.5) == 0.0
+    assert fit.prior_cost(0.6, 0.5) > 0 and fit.prior_cost(0.5 / 1.2, 0.5) == pytest.approx(fit.prior_cost(0.6, 0.5))
+    # PCIe all-reduce has no datasheet value: its spread is wider, so moving it costs less
+    assert fit.prior_cost(60.0, 30.0, "interconnect.pcie.allreduce_us") < fit.prior_cost(10.0, 5.0, "interconnect.nvlink.allreduce_us")
+    its, _ = fit.items(ROWS)
+    monkeypatch.setattr(fit, "PRIOR_WEIGHT", 0.0)
+    free = fit.fit(its)
+    monkeypatch.setattr(fit, "PRIOR_WEIGHT", 1e9)
+    held = fit.fit(its)
+    assert free.changed, "the rows should move some parameter when nothing holds it"
+    assert held.changed == {}
+
+
+def test_transfer_fits_on_one_file_and_judges_another(rows_path, tmp_path, capsys):
+    """bench.transfer: parameters fitted on the training file only, every test row judged
+    with the shipped and the fitted calibration, unpredictable test rows counted, not fatal."""
+    from bench import transfer
+    from bench.rows import METRICS
+
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in ROWS[:2]))
+    assert transfer.main(["--train", str(train), "--test", str(rows_path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["train_rows"] == 2 and rep["test_rows"] == 4 and rep["test_skipped"] == 1
+    for col in ("shipped", "fitted"):
+        assert set(METRICS) <= set(rep[col]) and rep[col]["req_per_s_n"] == 4
+    assert rep["line"].startswith("SUMMARY fitted on 2 rows")

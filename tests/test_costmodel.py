@@ -110,3 +110,18 @@ def test_memory_plan_kv_capacity_scales_with_tp_and_kv_dtype():
     assert p1.max_sequences(1536) == p1.kv_tokens // 16 // 96
     tight = plan_memory(arch, l4, 1, max_model_len=10_000_000)
     assert not tight.fits and "max_model_len" in tight.reason
+
+
+def test_all_reduce_cost_follows_the_interconnect_not_the_architecture():
+    """An A10G (Ampere, PCIe) all-reduces like an L4 (Ada, PCIe), not like an A100 (Ampere,
+    NVLink): calibration.toml's [interconnect.pcie] moves both PCIe GPUs and neither NVLink one."""
+    from core.estimate.costmodel import calibrated
+
+    arch = load_model("meta-llama/Llama-3.1-8B")
+    batch = Batch.decode(64, 1000)
+    gpus = ("A10G", "L4", "A100-80GB", "H100-SXM")
+    base = {g: CostModel(arch, get_gpu(g), 4).step_time(batch) for g in gpus}
+    with calibrated({"interconnect.pcie.allreduce_us": 300.0}):
+        slow = {g: CostModel(arch, get_gpu(g), 4).step_time(batch) for g in gpus}
+    assert slow["A10G"] > base["A10G"] * 1.05 and slow["L4"] > base["L4"] * 1.05
+    assert slow["A100-80GB"] == base["A100-80GB"] and slow["H100-SXM"] == base["H100-SXM"]

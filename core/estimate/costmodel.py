@@ -67,7 +67,7 @@ def calibration_with(params: dict[str, float]) -> dict:
     section path and key: ``{"architecture.hopper.mfu": 0.7, "engine.vllm.step_us": 500.0}``.
     The file and the cached table are left as they are; an unknown name is an error."""
     base = _calibration_file()
-    out = {sec: {name: dict(tab) for name, tab in base[sec].items()} for sec in ("architecture", "engine")}
+    out = {sec: {name: dict(tab) for name, tab in base[sec].items()} for sec in ("architecture", "interconnect", "engine")}
     out.update({k: v for k, v in base.items() if k not in out})
     for key, value in params.items():
         sec, name, field = key.split(".")
@@ -240,9 +240,10 @@ class CostModel:
 
         # Tensor-parallel all-reduce: two per layer; ring moves 2(N-1)/N of the buffer.
         if tp > 1:
-            link_uni = gpu.link_bandwidth_gbps * 1e9 / 2 * eff["link_eff"]
+            link = calibration()["interconnect"]["nvlink" if gpu.nvlink else "pcie"]
+            link_uni = gpu.link_bandwidth_gbps * 1e9 / 2 * link["link_eff"]
             self._comm_per_token = 2 * layers * (2 * (tp - 1) / tp) * arch.hidden_size * ACTIVATION_BYTES / link_uni
-            self._comm_fixed = 2 * layers * eff["allreduce_us"] * 1e-6 * (1 + 0.15 * (tp - 2))
+            self._comm_fixed = 2 * layers * link["allreduce_us"] * 1e-6 * (1 + 0.15 * (tp - 2))
         else:
             self._comm_per_token = 0.0
             self._comm_fixed = 0.0
