@@ -171,13 +171,3 @@ def vllm_command(model: str, server_args: dict[str, Any]) -> str:
     return shlex.join(["vllm", "serve", model, *emit_args(server_args)])
 
 
-def summary_table(points: Sequence[PointRow], keys: Sequence[str]) -> list[dict[str, Any]]:
-    rows = []
-    for p in points:
-        row: dict[str, Any] = {"point_id": p.point_id, "trial": p.trial_id, "status": p.status}
-        row.update({f"server.{k}": v for k, v in p.server_args.items()})
-        row.update({f"client.{k}": v for k, v in p.client_args.items()})
-        for k in keys:
-            row[k] = metric_value(p, k)
-        rows.append(row)
-    return rows

@@ -15,7 +15,7 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from core.errors import BadInput
 from core.spec.slo import LATENCY_METRICS, SLO, parse_constraints
@@ -444,6 +444,3 @@ def _constraints_text(meta: dict[str, Any]) -> str:
     return ";".join(parts)
 
 
-def iter_jsonl(points: Iterable[PointRow], meta: dict[str, Any], slo: SLO) -> Iterable[str]:
-    for p in points:
-        yield json.dumps(llmo_record(p, meta, slo), default=str)

@@ -508,14 +508,6 @@ class StudyStore:
             out.append(PointRow(**d))
         return out
 
-    def done_point_ids(self, study: str) -> set[str]:
-        """Points a resume must not run again: measured, or failed for a lasting reason."""
-        with self.engine.connect() as c:
-            rows = c.execute(
-                sa.select(points_t.c.point_id).where(points_t.c.study == study, points_t.c.status.in_(("ok", "failed")))
-            ).all()
-        return {r[0] for r in rows}
-
     def records(self, study: str, point_id: str) -> list[dict[str, Any]]:
         """Per-request records of a point, as dicts (times in seconds from the point start)."""
         with self.engine.connect() as c:

@@ -240,13 +240,6 @@ class ModelArch(BaseModel):
         b = kv_element_bytes(kv_dtype, self)
         return 2 * self.num_full_attention_layers * self.kv_dim * b
 
-    def kv_bytes_per_sequence_windowed(self, context: int, kv_dtype: str = "auto") -> float:
-        """KV bytes a sequence holds in its sliding-window layers (bounded by the window)."""
-        if not self.sliding_layers or not self.sliding_window:
-            return 0.0
-        b = kv_element_bytes(kv_dtype, self)
-        return 2 * len(self.sliding_layers) * self.kv_dim * b * min(context, self.sliding_window)
-
     def summary(self) -> dict[str, object]:
         out: dict[str, object] = {
             "name": self.name,

@@ -91,11 +91,6 @@ class SLO(BaseModel):
     def violations(self, results: dict[str, float]) -> list[str]:
         return [str(c) for c in self.constraints if not c.holds(results.get(c.key))]
 
-    def latency_bound(self, metric: str) -> Constraint | None:
-        """The tightest upper bound on ``metric`` (canonical name), if any."""
-        bounds = [c for c in self.constraints if c.metric == metric and c.op in ("<", "<=")]
-        return min(bounds, key=lambda c: c.value) if bounds else None
-
     def __str__(self) -> str:
         return ";".join(str(c) for c in self.constraints)
 
