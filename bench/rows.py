@@ -32,8 +32,11 @@ import json
 import math
 import re
 import statistics
-from functools import lru_cache
 from pathlib import Path
+
+from core.spec.lengths import SHAREGPT_INPUT_MEAN as SHAREGPT_IN
+from core.spec.lengths import SHAREGPT_OUTPUT_MEAN as SHAREGPT_OUT
+from core.spec.lengths import SHAREGPT_SIGMA, lognormal
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared" / "calibration" / "measurements.jsonl"
@@ -42,7 +45,6 @@ if not DEFAULT.exists():
 
 METRICS = ("ttft_ms", "itl_ms", "e2e_s", "req_per_s", "output_tok_per_s")
 LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
-SHAREGPT_IN, SHAREGPT_OUT = 230.969, 194.523  # KubeAI, 1000 ShareGPT prompts, Llama-3 tokenizer
 
 _KNOBS = {
     "max_num_batched_tokens": re.compile(r"max[_-]num[_-]batched[_-]tokens?[= ](\d+)"),
@@ -184,27 +186,6 @@ def mean_lengths(row: dict) -> tuple[float, float]:
     return float(w.get("input_len") or SHAREGPT_IN), float(w.get("output_len") or SHAREGPT_OUT)
 
 
-@lru_cache(maxsize=1024)
-def _lognormal(mean: float, sigma: float, cut: float | None):
-    """A log-normal length distribution as 256 quantiles (deterministic, so every run and
-    both benches see the same lengths), cut at ``cut`` and scaled so its mean is ``mean``
-    (the row's mean is what the benchmark measured after its own filter)."""
-    from statistics import NormalDist
-
-    from core.spec.workload import LengthDist
-
-    z = [NormalDist().inv_cdf((k + 0.5) / 256) for k in range(256)]
-    median = mean / math.exp(sigma**2 / 2)
-    for _ in range(30):  # the cut lowers the mean: raise the median until it is back
-        vals = [min(cut or math.inf, max(1.0, median * math.exp(sigma * x))) for x in z]
-        got = sum(vals) / len(vals)
-        if abs(got - mean) < 1e-3 * mean or (cut and min(vals) >= cut):
-            break
-        median *= mean / got
-    ints = tuple(int(max(1, round(v))) for v in vals)
-    return LengthDist(kind="empirical", mean=sum(ints) / len(ints), values=ints)
-
-
 def lengths(row: dict, mean: float, which: str, other: float | None = None):
     """The length distribution the row's client drew from, where the source documents it.
 
@@ -227,7 +208,7 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
         cut = None
         if sharegpt:
             cut = 1024.0 if which == "input" else max(4.0, 2048.0 - (other or 0.0))
-        return _lognormal(mean, 1.0, cut)
+        return lognormal(mean, SHAREGPT_SIGMA, cut)
     return LengthDist.of(mean)
 
 

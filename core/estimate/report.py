@@ -19,6 +19,7 @@ from core.estimate.predict import Prediction, Predictor
 from core.estimate.suggest import Suggestion, batched_tokens_values, concurrency_values, render, seqs_values
 from core.spec.hardware import Hardware
 from core.spec.model import ModelArch
+from core.spec.lengths import sharegpt
 from core.spec.plan import Plan
 from core.spec.serving import ServerConfig
 from core.spec.slo import SLO, parse_constraints
@@ -137,6 +138,7 @@ def estimate(
     input_len: float | None = None,
     output_len: float | None = None,
     range_ratio: float | None = None,
+    dataset: str | None = None,
     workload: Workload | None = None,
     concurrency: list[int] | None = None,
     constraints: str | SLO | None = None,
@@ -177,6 +179,14 @@ def estimate(
             hardware = resolve_hardware(gpu=plan.gpu, num_gpus=num_gpus)
         else:
             hardware = plan_hardware(plan)
+    dataset = dataset or plan.dataset
+    if dataset not in ("random", "sharegpt", "shared-prefix", "corpus"):
+        raise BadInput(f"unknown dataset {dataset!r}", "use random or sharegpt")
+    if workload is None and dataset == "sharegpt":
+        # ShareGPT's bundled length shape (core/spec/lengths.py): no file is read; a given
+        # --input-len/--output-len replaces that side's mean.
+        inp, out = sharegpt(input_len, output_len)
+        workload = Workload(input=inp, output=out, dataset="sharegpt", num_prompts=plan.num_prompts)
     if workload is None:
         i = input_len if input_len is not None else plan.input_len
         o = output_len if output_len is not None else plan.output_len
@@ -260,7 +270,7 @@ def estimate(
         num_gpus=n,
         instance=hardware.instance.name if hardware.instance else None,
         price_per_hour=price,
-        workload={"input_len": p.input_len, "output_len": p.output_len, "range_ratio": range_ratio if range_ratio is not None else plan.range_ratio, "num_prompts": workload.num_prompts},
+        workload={"input_len": p.input_len, "output_len": p.output_len, "range_ratio": range_ratio if range_ratio is not None else plan.range_ratio, "num_prompts": workload.num_prompts, "dataset": workload.dataset},
         engine=eng,
         engine_version=engine_version,
         constraints=str(slo),
@@ -304,4 +314,5 @@ def _suggest(p: Predictor, configs: list[ConfigEstimate], slo: SLO, model: str, 
         range_ratio=range_ratio,
         constraints=str(slo),
         why=why,
+        dataset=wl.dataset,
     )

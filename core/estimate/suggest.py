@@ -98,6 +98,7 @@ def render(
     range_ratio: float,
     constraints: str,
     why: list[str],
+    dataset: str = "random",
 ) -> Suggestion:
     pairs = ",".join(f"({t},{d})" for t, d in tp_dp)
     server = (
@@ -107,9 +108,13 @@ def render(
     )
     num_prompts = max(1000, 2 * max(concurrency))
     conc = ",".join(map(str, concurrency))
-    knee_client = f"dataset_name=random;random_input_len={input_len};random_output_len={output_len}"
-    if range_ratio:
-        knee_client += f";random_range_ratio={range_ratio:g}"
+    if dataset == "sharegpt":
+        # The sweep's simulator takes ShareGPT's bundled lengths; a real run reads the file.
+        knee_client = "dataset_name=sharegpt;dataset_path=ShareGPT_V3_unfiltered_cleaned_split.json"
+    else:
+        knee_client = f"dataset_name=random;random_input_len={input_len};random_output_len={output_len}"
+        if range_ratio:
+            knee_client += f";random_range_ratio={range_ratio:g}"
     knee_client += f";max_concurrency=[{conc}];num_prompts={num_prompts}"
     # llm-optimizer's client draws lengths in [S*r, S]: r = 1 means fixed lengths.
     if range_ratio:
@@ -121,6 +126,8 @@ def render(
         f"dataset_name=random;random_input_len={lo_in};random_output_len={lo_out};random_range_ratio={r:g};"
         f"max_concurrency=[{conc}];num_prompts={num_prompts}"
     )
+    if dataset == "sharegpt":  # llm-optimizer's default dataset is ShareGPT
+        lo_client = f"dataset_name=sharegpt;max_concurrency=[{conc}];num_prompts={num_prompts}"
     cons = f" --constraints {shlex.quote(constraints)}" if constraints else ""
     knee_cmd = (
         f"knee sweep --model {shlex.quote(model)} {hardware_flags} --server-args {shlex.quote(server)} "

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from core.errors import BadInput, bad_input_from
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.study import SweepSpec, canonical_json, make_point_id
+from core.spec.lengths import sharegpt
 from core.spec.workload import LengthDist, Workload
 from core.tomlfile import read_toml
 from core.spec.server_args import SERVER_FIELDS as _SERVER_FIELDS, server_config  # noqa: F401
@@ -44,7 +45,15 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
     if osl < 1:
         raise BadInput(f"output length must be at least 1, got {osl}", "set client arg random_output_len or --output-len")
     ratio = c.get("random_range_ratio")
-    if ratio is None or ratio >= 1.0:
+    if dataset == "sharegpt":
+        # The simulator and the estimator need only lengths: ShareGPT's bundled shape
+        # (core/spec/lengths.py), the output's mean replaced where sharegpt_output_len (or
+        # random_output_len) sets one; the load client still reads the file's prompts.
+        out_mean = c.get("sharegpt_output_len", c.get("random_output_len"))
+        inp, out = sharegpt(c.get("random_input_len"), out_mean)
+        if out_mean is not None:
+            out = LengthDist.of(osl)  # an output length the client enforces (ignore_eos)
+    elif ratio is None or ratio >= 1.0:
         inp, out = LengthDist.of(isl), LengthDist.of(osl)
     else:
         # llm-optimizer (SGLang's client) draws lengths uniformly in [S·ratio, S]; knee's

@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--input-len", type=float, help="prompt tokens per request (default 1024)")
     p.add_argument("--output-len", type=float, help="output tokens per request (default 512)")
     p.add_argument("--range-ratio", type=float, help="lengths uniform in [L(1-r), L(1+r)] (default 0: fixed)")
+    p.add_argument("--dataset", choices=("random", "sharegpt"),
+                   help="sharegpt: ShareGPT-like length spread, bundled (no file); --input-len/--output-len set its means")
     p.add_argument("--concurrency", help="closed-loop concurrencies to predict, e.g. 1,8,32 (default 1..256)")
     p.add_argument("--constraints", help="SLOs in llm-optimizer's grammar, e.g. 'ttft:p95<500ms;e2e_latency:p99<60s'")
     p.add_argument("--max-num-batched-tokens", type=int, help="vLLM token budget per step (default: the engine's)")
@@ -69,6 +71,7 @@ def run(args) -> int:
         input_len=args.input_len,
         output_len=args.output_len,
         range_ratio=args.range_ratio,
+        dataset=args.dataset,
         concurrency=int_list(args.concurrency, "--concurrency") if args.concurrency else None,
         constraints=args.constraints,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -117,8 +120,10 @@ def format_report(r) -> str:
     )
     wl = r.workload
     rr = f" (±{wl['range_ratio']:g})" if wl.get("range_ratio") else ""
+    if wl.get("dataset") == "sharegpt":
+        rr = " (mean; ShareGPT-like spread, bundled)"
     out.append(
-        f"workload: {wl['input_len']:g} in / {wl['output_len']:g} out tokens{rr}; engine {r.engine}"
+        f"workload: {wl['input_len']:.0f} in / {wl['output_len']:.0f} out tokens{rr}; engine {r.engine}"
         f"{' ' + r.engine_version if r.engine_version else ''}; constraints: {r.constraints or 'none'}"
     )
 
