@@ -35,6 +35,12 @@ CARDS = {
     "mistralai/Mistral-7B-Instruct-v0.3": 7.25,
     "meta-llama/Llama-3.1-405B": 405.0,
     "MiniMaxAI/MiniMax-M2.5": 229.0,
+    "deepseek-ai/DeepSeek-V2-Lite": 15.7,
+    "mistralai/Mistral-Nemo-Instruct-2407": 12.2,
+    "01-ai/Yi-34B": 34.4,
+    "01-ai/Yi-1.5-34B": 34.4,
+    "google/gemma-2-9b": 9.24,  # ties its embeddings though its config.json omits the key
+    "microsoft/Phi-3-mini-4k-instruct": 3.8,
 }
 
 

@@ -97,3 +97,47 @@ def test_moe_and_window_counts_are_checked():
         arch_from_config({**base, "num_experts": -1}, "moe")
     with pytest.raises(BadInput, match="sliding_window = -4"):
         arch_from_config({**base, "sliding_window": -4, "layer_types": ["sliding_attention"] * 4}, "win")
+
+
+def test_missing_tie_word_embeddings_follows_the_model_type():
+    """A config.json without ``tie_word_embeddings`` gets its transformers config class's
+    default: True for Gemma/Gemma2/Gemma3 (and Falcon, Cohere, StarCoder2), False for
+    Llama, Mistral, Qwen2 and unknown types; an explicit key always wins."""
+    from core.catalog.models import arch_from_config
+
+    base = {"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 1000}
+    for model_type in ("gemma", "gemma2", "gemma3_text", "falcon", "cohere", "starcoder2"):
+        assert arch_from_config({**base, "model_type": model_type}, model_type).tie_embeddings, model_type
+    for model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "phi3", "deepseek_v3", "no-such-type"):
+        assert not arch_from_config({**base, "model_type": model_type}, model_type).tie_embeddings, model_type
+    assert not arch_from_config({**base}, "no model_type").tie_embeddings
+    assert not arch_from_config({**base, "model_type": "gemma2", "tie_word_embeddings": False}, "g").tie_embeddings
+    assert arch_from_config({**base, "model_type": "llama", "tie_word_embeddings": True}, "l").tie_embeddings
+    # A multimodal wrapper: the text model's type decides, unless a key says otherwise.
+    wrapped = {"model_type": "gemma3", "text_config": {**base, "model_type": "gemma3_text"}}
+    assert arch_from_config(wrapped, "gemma3").tie_embeddings
+    assert not arch_from_config({**wrapped, "tie_word_embeddings": False}, "gemma3").tie_embeddings
+    tied = arch_from_config({**base, "model_type": "gemma2"}, "g")
+    untied = arch_from_config({**base, "model_type": "gemma2", "tie_word_embeddings": False}, "g")
+    assert untied.params_total - tied.params_total == base["vocab_size"] * base["hidden_size"]
+
+
+def test_falcon_attention_and_mlp_follow_transformers():
+    """Falcon configs carry ``multi_query: true`` with ``num_kv_heads`` = heads (7B) or a real
+    group count (40B, ``new_decoder_architecture``); transformers' FalconAttention uses one KV
+    head only for the old decoder. They name no activation: the MLP is gelu, two matrices,
+    and the LM head is tied (FalconConfig's defaults)."""
+    from core.catalog.models import arch_from_config
+
+    falcon_7b = {
+        "model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+        "num_kv_heads": 71, "multi_query": True, "new_decoder_architecture": False, "vocab_size": 65024,
+    }
+    a = arch_from_config(falcon_7b, "falcon-7b")
+    assert a.num_kv_heads == 1 and not a.gated_mlp and a.tie_embeddings and a.intermediate_size == 4 * 4544
+    assert rel(a.params_total, 6.92e9) < 0.01  # the checkpoint's 6.92B tensors (lm_head tied)
+    falcon_40b = {**falcon_7b, "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
+                  "num_kv_heads": 8, "new_decoder_architecture": True}
+    assert arch_from_config(falcon_40b, "falcon-40b").num_kv_heads == 8
+    # An explicit activation still wins.
+    assert arch_from_config({**falcon_7b, "activation": "silu"}, "f").gated_mlp

@@ -24,6 +24,36 @@ from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
+# What ``tie_word_embeddings`` means when a config.json leaves it out: the default of the
+# model type's own config class, as transformers reads it. Checked in transformers 5.23.0
+# (models/<type>/configuration_<type>.py, e.g. gemma2's ``tie_word_embeddings: bool = True``,
+# llama's ``= False``): these decoder types default to True (Gemma 1-4, Falcon, Cohere,
+# StarCoder2, GPT-2/BigCode, ...). Llama, Mistral, Mixtral, Qwen2/3 (+MoE), Phi/Phi-3,
+# DBRX, Granite, DeepSeek-V2/V3, GLM-4(-MoE), gpt-oss, MiniMax and the remote-code classes
+# knee meets (Arctic, InternLM2) set False, which is also the rule for a type not listed.
+# transformers 4.x's PretrainedConfig defaulted to True, so the remote-code Falcon types
+# (RefinedWeb, RefinedWebModel), whose config class does not set it, tie too.
+_TIED_BY_DEFAULT = frozenset(
+    {
+        "RefinedWeb", "RefinedWebModel", "bloom", "cohere", "cohere2", "cohere2_moe",
+        "ernie4_5", "ernie4_5_moe", "falcon", "falcon_mamba", "gemma", "gemma2", "gemma3",
+        "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "gpt2",
+        "gpt_bigcode", "gpt_neo", "granite_swa", "jetmoe", "lfm2", "lfm2_moe", "mamba",
+        "minicpm3", "mpt", "opt", "recurrent_gemma", "smollm3", "starcoder2", "vaultgemma",
+        "xglm", "zamba", "zamba2",
+    }
+)
+
+
+def tie_word_embeddings(cfg: dict[str, Any], outer: dict[str, Any] | None = None) -> bool:
+    """Whether the LM head shares the input embedding: the config's own key, else the
+    wrapper's (multimodal configs may keep it outside ``text_config``), else the default of
+    the model type's transformers config class (see ``_TIED_BY_DEFAULT``)."""
+    for c in (cfg, outer or {}):
+        if c.get("tie_word_embeddings") is not None:
+            return bool(c["tie_word_embeddings"])
+    return str(cfg.get("model_type", "")) in _TIED_BY_DEFAULT
+
 
 def _data():
     return resources.files("core.catalog").joinpath("data")
@@ -198,7 +228,9 @@ class _Fields:
 def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = None) -> ModelArch:
     """Build a :class:`ModelArch` from a HF config dict; raises :class:`BadInput` when the
     fields that decide memory and speed are missing."""
+    outer: dict[str, Any] = {}
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers keep the LM inside
+        outer = cfg
         outer_q = cfg.get("quantization_config")
         cfg = {**cfg["text_config"], **({"quantization_config": outer_q} if outer_q else {})}
     num = _Fields(cfg, name)
@@ -207,7 +239,9 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
     heads = num.get("num_attention_heads", "n_head", required=True)
     vocab = num.get("vocab_size", required=True)
     kv_heads = num.get("num_key_value_heads", "num_kv_heads", default=heads)
-    if cfg.get("multi_query"):
+    # Falcon: multi_query means one KV head only in the old decoder; the new decoder
+    # (Falcon-40B/180B) keeps num_kv_heads (transformers FalconAttention does the same).
+    if cfg.get("multi_query") and not cfg.get("new_decoder_architecture"):
         kv_heads = 1
     if heads % kv_heads:
         raise num.bad(f"num_key_value_heads = {kv_heads} must divide num_attention_heads = {heads}")
@@ -217,7 +251,9 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
     head_dim = num.get("head_dim", default=hidden // heads)
     inter = num.get("intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden)
     model_type = str(cfg.get("model_type", "unknown"))
-    act = str(_get(cfg, "hidden_act", "activation_function", default="silu")).lower()
+    # Falcon configs name no activation (FalconConfig's default is gelu, a plain 2-matrix MLP).
+    default_act = "gelu" if model_type in ("falcon", "RefinedWeb", "RefinedWebModel") else "silu"
+    act = str(_get(cfg, "hidden_act", "activation_function", "activation", default=default_act)).lower()
     gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2", "gemma3_text")
 
     experts = num.get("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
@@ -262,7 +298,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
             intermediate_size=inter,
             vocab_size=vocab,
             max_position_embeddings=num.get("max_position_embeddings", "n_positions", "seq_length", default=4096),
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            tie_embeddings=tie_word_embeddings(cfg, outer),
             gated_mlp=gated,
             attention_bias=bool(cfg.get("attention_bias", False)),
             num_experts=experts if moe_layers else 0,
