@@ -64,7 +64,6 @@ _ape = R.ape
 
 def predict_knee(row: dict, arch, gpu=None) -> dict:
     """knee's estimate for the row (``gpu``: the row's GPU spec, looked up when not given)."""
-    from core.catalog import get_gpu
     from core.estimate.predict import Predictor
 
     w = row["workload"]
@@ -75,7 +74,7 @@ def predict_knee(row: dict, arch, gpu=None) -> dict:
     n_prompts = R.prompt_count(notes)
     p = Predictor(
         arch,
-        gpu or get_gpu(row["gpu"]),
+        gpu or R.gpu_of(row),
         R.workload(row),
         kv_dtype=row.get("kv_dtype") or "auto",
         engine=row.get("engine") or "vllm",

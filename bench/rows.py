@@ -138,6 +138,30 @@ def with_config(rows: list[dict], skipped: list[dict]):
         yield row, cfg, arch
 
 
+_INSTANCE = re.compile(r"\b(?:ml\.)?((?:g4dn|g5|g6e?|p4de?|p5e?n?|p6-b200)\.\d*x?large)\b")
+
+
+def instance_of(row: dict) -> str | None:
+    """The SageMaker/EC2 instance type the row ran on: its ``instance`` field, else the first
+    instance type named in its source or notes (``ml.g6.12xlarge``), else None."""
+    if row.get("instance"):
+        return str(row["instance"])
+    m = _INSTANCE.search((row.get("source") or "") + " " + (row.get("notes") or ""))
+    return f"ml.{m.group(1)}" if m else None
+
+
+def gpu_of(row: dict):
+    """The row's GPU spec; on a known instance without GPU peer-to-peer (multi-GPU g5/g6/g6e)
+    the spec says so, as ``resolve_hardware(instance=...)`` does for a user."""
+    from core.catalog import get_gpu, instances
+
+    gpu = get_gpu(row["gpu"])
+    inst = instances().get(instance_of(row) or "")
+    if inst is not None and not inst.gpu_p2p and inst.gpu == gpu.name and int(row.get("num_gpus") or 1) > 1:
+        gpu = gpu.model_copy(update={"p2p": False})
+    return gpu
+
+
 def measured(row: dict) -> dict:
     """The row's measured figures, one per metric of :data:`METRICS` (None where absent)."""
     return {k: row["metrics"].get(k) for k in METRICS}

@@ -66,7 +66,6 @@ ACCEPT = {"req_per_s": 0.20, "output_tok_per_s": 0.20, "ttft_ms": 0.30}
 
 def simulate_row(row: dict):
     """(simulated metrics, SimResult) for one measurement row."""
-    from core.catalog import get_gpu
     from core.simulate import simulate
     from core.spec.hardware import Hardware
     from core.spec.serving import LoadPoint, ServerConfig
@@ -75,7 +74,7 @@ def simulate_row(row: dict):
     w = row["workload"]
     notes = row.get("notes", "")
     tp, dp = R.topology(row)
-    hw = Hardware(gpu=get_gpu(row["gpu"]), num_gpus=max(int(row.get("num_gpus") or 1), tp * dp))
+    hw = Hardware(gpu=R.gpu_of(row), num_gpus=max(int(row.get("num_gpus") or 1), tp * dp))
     config = ServerConfig(
         model=ref, tp=tp, dp=dp, kv_cache_dtype=row.get("kv_dtype") or "auto", extra_args=R.extra_args(notes),
         **R.knobs(notes),

@@ -125,3 +125,19 @@ def test_all_reduce_cost_follows_the_interconnect_not_the_architecture():
         slow = {g: CostModel(arch, get_gpu(g), 4).step_time(batch) for g in gpus}
     assert slow["A10G"] > base["A10G"] * 1.05 and slow["L4"] > base["L4"] * 1.05
     assert slow["A100-80GB"] == base["A100-80GB"] and slow["H100-SXM"] == base["H100-SXM"]
+
+
+def test_instances_without_peer_to_peer_all_reduce_through_the_host():
+    """Multi-GPU g5/g6/g6e have no GPU peer-to-peer (instances.toml gpu_p2p = false): their
+    GPUs all-reduce through [interconnect.pcie-host], slower than the same GPUs with it."""
+    from core.catalog import resolve_hardware
+
+    g6 = resolve_hardware(instance="ml.g6.12xlarge").gpu
+    box = resolve_hardware(gpu="L4", num_gpus=4).gpu
+    assert (g6.interconnect, box.interconnect) == ("pcie-host", "pcie")
+    assert resolve_hardware(instance="ml.g6.xlarge").gpu.interconnect == "pcie"  # one GPU: nothing to share
+    assert resolve_hardware(instance="ml.p4d.24xlarge").gpu.interconnect == "nvlink"
+    arch = load_model("Qwen/Qwen3-4B")
+    batch = Batch.decode(128, 400)
+    assert CostModel(arch, g6, 4).step_time(batch) > 1.2 * CostModel(arch, box, 4).step_time(batch)
+    assert CostModel(arch, g6, 1).step_time(batch) == CostModel(arch, box, 1).step_time(batch)

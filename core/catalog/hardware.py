@@ -107,6 +107,8 @@ def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, instan
         g = get_gpu(inst.gpu)
         if gpu and get_gpu(gpu).name != g.name:
             raise BadInput(f"{inst.name} has {g.name} GPUs, not {gpu}", "drop --gpu")
+        if not inst.gpu_p2p and g.p2p:
+            g = g.model_copy(update={"p2p": False})
         return Hardware(gpu=g, num_gpus=inst.num_gpus, instance=inst)
     if not gpu:
         raise BadInput("no hardware given", "pass --instance ml.g6.12xlarge or --gpu L4 --num-gpus 4")

@@ -23,6 +23,17 @@ class GPU(BaseModel):
     architecture: str  # "ampere", "ada", "hopper", "blackwell": selects efficiency factors
     uncertain: list[str] = Field(default_factory=list)  # fields with a single or stale source
     source: str = ""
+    # Peer-to-peer between this box's GPUs over PCIe; False where the host stages NCCL
+    # traffic through its memory (an instance's gpu_p2p = false sets it).
+    p2p: bool = True
+
+    @property
+    def interconnect(self) -> str:
+        """The all-reduce path calibration.toml's [interconnect.*] describes: "nvlink",
+        "pcie" (peer-to-peer) or "pcie-host" (staged through host memory)."""
+        if self.nvlink:
+            return "nvlink"
+        return "pcie" if self.p2p else "pcie-host"
 
     @property
     def usable_bytes(self) -> float:
@@ -57,6 +68,7 @@ class Instance(BaseModel):
     price_region: str = "us-east-1"
     price_date: str | None = None
     price_source: str = "bundled default"
+    gpu_p2p: bool = True  # False: no GPU peer-to-peer (multi-GPU g5/g6/g6e; instances.toml)
     uncertain: list[str] = Field(default_factory=list)
     notes: str = ""
 
