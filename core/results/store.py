@@ -137,6 +137,79 @@ events_t = sa.Table(
     sa.Column("data", sa.Text),
 )
 
+# ---- several workers on one study (``knee sweep --join``; the logic is core/sweep/lease.py) ----
+# Each table is new, so a store made before them gains them without a migration.
+# One row per server configuration of a joined study: who holds it, until when. A worker
+# claims a row whose holder is NULL or whose lease expired (the holder died), renews it with
+# its heartbeat, and marks it done when the configuration is finished.
+leases_t = sa.Table(
+    "knee_leases",
+    _md,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("trial_id", sa.Integer, primary_key=True),
+    sa.Column("trial_key", sa.Text, nullable=False),
+    sa.Column("ord", sa.Integer, nullable=False),  # claim order (the plan's)
+    sa.Column("state", sa.String(20), nullable=False),  # pending|running|done
+    sa.Column("worker", sa.String(200)),  # host:pid:nonce of the holder; NULL when free
+    sa.Column("host", sa.String(200)),
+    sa.Column("pid", sa.Integer),
+    sa.Column("claimed_at", sa.Float),
+    sa.Column("heartbeat_at", sa.Float),
+    sa.Column("expires_at", sa.Float),
+    sa.Column("inflight", sa.String(40)),  # the load point being measured (not stored yet)
+    sa.Column("rerun", sa.String(40)),  # the point a dead holder had in flight: marked when stored
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+)
+# Every claim, append-only: who held which configuration from when to when, and how it ended
+# (running|done|released|expired|lost). Two live workers never hold one configuration at once.
+lease_log_t = sa.Table(
+    "knee_lease_log",
+    _md,
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("study", sa.String(200), nullable=False, index=True),
+    sa.Column("trial_id", sa.Integer, nullable=False),
+    sa.Column("worker", sa.String(200), nullable=False),
+    sa.Column("host", sa.String(200)),
+    sa.Column("pid", sa.Integer),
+    sa.Column("claimed_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float),
+    sa.Column("outcome", sa.String(20), nullable=False),
+    sa.Column("inflight", sa.String(40)),  # expired: the point its holder had in flight
+)
+# Who stored each point (any runner): host, pid, worker, and whether it is a re-run of a point
+# that was in flight on a worker that died. Written in the point's own transaction.
+point_hosts_t = sa.Table(
+    "knee_point_hosts",
+    _md,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("point_id", sa.String(40), primary_key=True),
+    sa.Column("worker", sa.String(200)),
+    sa.Column("host", sa.String(200)),
+    sa.Column("pid", sa.Integer),
+    sa.Column("rerun", sa.Boolean, nullable=False, default=False),
+)
+# Where each launch of a configuration ran: host, GPU type and count, engine and its version
+# (the sim engine gives its simulated hardware). One row per trial and worker.
+trial_hosts_t = sa.Table(
+    "knee_trial_hosts",
+    _md,
+    sa.Column("study", sa.String(200), primary_key=True),
+    sa.Column("trial_id", sa.Integer, primary_key=True),
+    sa.Column("worker", sa.String(200), primary_key=True),
+    sa.Column("host", sa.String(200)),
+    sa.Column("gpu_type", sa.String(100)),
+    sa.Column("gpu_count", sa.Integer),
+    sa.Column("engine", sa.String(40)),
+    sa.Column("engine_version", sa.String(200)),
+    sa.Column("simulated", sa.Boolean),
+    sa.Column("recorded_at", sa.Float),
+)
+
+
+class LeaseLost(Exception):
+    """A worker's lease on a configuration expired and another worker took it over: the
+    point it measured is not stored (the new holder measures it)."""
+
 
 # A runner beats at least every few seconds (``core.sweep.runner.BEAT_S``), also while a
 # server starts or a point runs; one silent this long is taken for dead by a viewer on
@@ -459,8 +532,14 @@ class StudyStore:
         return [(int(a), int(b)) for a, b in rows]
 
     # ---- points ---------------------------------------------------------------------------
-    def save_point(self, point: PointRow, records: Sequence[RequestRecord] | None = None, keep_chunks: bool = True) -> None:
-        """Store one finished load point (and its per-request records) in one transaction."""
+    def save_point(self, point: PointRow, records: Sequence[RequestRecord] | None = None, keep_chunks: bool = True,
+                   worker: dict[str, Any] | None = None, lease: dict[str, Any] | None = None) -> None:
+        """Store one finished load point (and its per-request records) in one transaction.
+
+        ``worker`` (worker, host, pid, rerun) says who stored it. ``lease`` (worker, ttl_s) is
+        for a worker of a joined study: the point is stored only while that worker still holds
+        the lease on the point's configuration (renewed in the same transaction), else
+        :class:`LeaseLost` and nothing is written."""
         blob = encode_records(records, keep_chunks) if records is not None else None
         values = dict(
             trial_id=point.trial_id,
@@ -482,6 +561,20 @@ class StudyStore:
             violations=json.dumps(point.violations),
         )
         with self.engine.begin() as c:
+            if lease is not None:
+                now = time.time()
+                held = c.execute(
+                    leases_t.update()
+                    .where(leases_t.c.study == point.study, leases_t.c.trial_id == point.trial_id, leases_t.c.worker == lease["worker"])
+                    .values(heartbeat_at=now, expires_at=now + float(lease["ttl_s"]), inflight=None)
+                ).rowcount
+                if held != 1:
+                    raise LeaseLost(f"lease on trial {point.trial_id} of {point.study!r} lost")
+            if worker is not None:
+                c.execute(point_hosts_t.delete().where(point_hosts_t.c.study == point.study, point_hosts_t.c.point_id == point.point_id))
+                c.execute(point_hosts_t.insert().values(
+                    study=point.study, point_id=point.point_id, worker=worker.get("worker"), host=worker.get("host"),
+                    pid=worker.get("pid"), rerun=bool(worker.get("rerun"))))
             c.execute(points_t.delete().where(points_t.c.study == point.study, points_t.c.point_id == point.point_id))
             c.execute(requests_t.delete().where(requests_t.c.study == point.study, requests_t.c.point_id == point.point_id))
             seq = c.execute(sa.select(sa.func.coalesce(sa.func.max(points_t.c.seq), -1)).where(points_t.c.study == point.study)).scalar()
@@ -515,6 +608,36 @@ class StudyStore:
                 sa.select(requests_t.c.blob).where(requests_t.c.study == study, requests_t.c.point_id == point_id)
             ).first()
         return decode_records(row[0]) if row and row[0] else []
+
+    # ---- who ran what (several workers; core/sweep/lease.py) -----------------------------
+    def point_hosts(self, study: str) -> dict[str, dict[str, Any]]:
+        """point_id -> {worker, host, pid, rerun} for the points whose storer was recorded."""
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(point_hosts_t).where(point_hosts_t.c.study == study)).mappings().all()
+        return {r["point_id"]: {k: r[k] for k in ("worker", "host", "pid")} | {"rerun": bool(r["rerun"])} for r in rows}
+
+    def record_trial_host(self, study: str, trial_id: int, worker: str, **values: Any) -> None:
+        """Where a launch of ``trial_id`` ran (host, gpu_type, gpu_count, engine, engine_version, simulated)."""
+        with self.engine.begin() as c:
+            c.execute(trial_hosts_t.delete().where(trial_hosts_t.c.study == study, trial_hosts_t.c.trial_id == trial_id, trial_hosts_t.c.worker == worker))
+            c.execute(trial_hosts_t.insert().values(study=study, trial_id=trial_id, worker=worker, recorded_at=time.time(), **values))
+
+    def trial_hosts(self, study: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(trial_hosts_t).where(trial_hosts_t.c.study == study).order_by(trial_hosts_t.c.trial_id, trial_hosts_t.c.recorded_at)).mappings().all()
+        return [dict(r) for r in rows]
+
+    def leases(self, study: str) -> list[dict[str, Any]]:
+        """The configurations of a joined study and who holds each (empty for other studies)."""
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(leases_t).where(leases_t.c.study == study).order_by(leases_t.c.ord)).mappings().all()
+        return [dict(r) for r in rows]
+
+    def lease_log(self, study: str) -> list[dict[str, Any]]:
+        """Every claim of a configuration in a joined study, oldest first."""
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(lease_log_t).where(lease_log_t.c.study == study).order_by(lease_log_t.c.seq)).mappings().all()
+        return [dict(r) for r in rows]
 
     # ---- events ---------------------------------------------------------------------------
     def emit(self, study: str, kind: str, /, **data: Any) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -128,6 +129,7 @@ class Runner:
         install_signals: bool = True,
         worker_trial: str | None = None,
         worker_gpus: list[int] | None = None,
+        spec: SweepSpec | None = None,
     ):
         # worker_trial/worker_gpus: this process is one of the parallel workers a coordinator
         # started (``--parallel``); it runs that one trial on those GPUs and nothing else.
@@ -136,7 +138,7 @@ class Runner:
         self._events_via_store = False  # the coordinator relays events by reading the store
         self.store = store
         self.study = study
-        self.spec = store.spec(study)
+        self.spec = spec if spec is not None else store.spec(study)  # spec: a --join worker's (workers.py)
         self.slo = parse_constraints(self.spec.constraints)
         self.measurer = measurer if measurer is not None else default_measurer(self.spec)
         self.learner = None
@@ -180,6 +182,27 @@ class Runner:
         if now - self._last_beat > BEAT_S:
             self.store.heartbeat(self.study)
             self._last_beat = now
+
+    # ---- hooks a --join worker overrides (core/sweep/workers.py) -------------------------------
+    @property
+    def worker_id(self) -> str:
+        return f"{socket.gethostname()}:{os.getpid()}"
+
+    def _point_begin(self, tid: int, point: PointPlan) -> None:
+        """A load point is about to be measured."""
+
+    def _save_point(self, row: PointRow, records: Any = None, keep_chunks: bool = True) -> None:
+        who = {"worker": self.worker_id, "host": socket.gethostname(), "pid": os.getpid(), "rerun": False}
+        self.store.save_point(row, records, keep_chunks=keep_chunks, worker=who)
+
+    def _record_host(self, tid: int, trial: TrialPlan, server: Server | None) -> None:
+        """Where this launch runs: host, GPU type and count, engine version (never fails a sweep)."""
+        try:
+            from core.sweep.workers import trial_host
+
+            self.store.record_trial_host(self.study, tid, self.worker_id, **trial_host(self, trial, server))
+        except Exception:
+            pass
 
     # ---- pause / continue / stop through the store --------------------------------------------
     def _watch_control(self) -> None:
@@ -542,6 +565,7 @@ class Runner:
             self.summary.gpu_seconds += start_s * trial.config.num_gpus
             self.store.update_trial(self.study, tid, cmd=cmd, log_path=str(log_path) if log_path else None, launches=launches, start_s=start_s, gpus=gpus)
             self.emit("server_ready", trial_id=tid, start_s=start_s, base_url=server.base_url if server else None, pid=server.pid if server else None, simulated=kind == "sim")
+            self._record_host(tid, trial, server)
         except ServerFailed as e:
             self._fail_trial(strategy, trial, tid, e.kind, e.detail, started)
             self._stop_server()
@@ -590,7 +614,7 @@ class Runner:
             if p.point_id == stored_point:
                 continue
             row = self._row(trial, tid, p, status="failed", reason=reason)
-            self.store.save_point(row)
+            self._save_point(row)
             strategy.observe(trial, p, row)
             self.summary.points_failed += 1
         strategy.trial_failed(trial)
@@ -630,6 +654,7 @@ class Runner:
             early_stop=self.spec.early_stop,
             tokenizer=point.client_args.get("tokenizer"),
         )
+        self._point_begin(tid, point)
         if hasattr(self.measurer, "prepare"):
             self.measurer.prepare(ctx)  # tokenizer and prompts: not part of the point's time
         latest: dict[str, Any] = {}
@@ -692,7 +717,7 @@ class Runner:
             if not self._interrupt_signal and not self._stop_requested:
                 self.cancel.clear()
             row = self._row(trial, tid, point, status="failed", reason=f"{CRASHED}: {why}", started_at=started, ended_at=time.time(), gpu_seconds=wall * trial.config.num_gpus, cmd=cmd, telemetry=telemetry.summary() if telemetry else {})
-            self.store.save_point(row)
+            self._save_point(row)
             self.summary.points_failed += 1
             self.emit("point_done", status="failed", reason=row.reason, **label)
             return row
@@ -703,7 +728,7 @@ class Runner:
             if isinstance(e, (BadInput,)):
                 raise e
             row = self._row(trial, tid, point, status="failed", reason=f"error: {type(e).__name__}: {e}", started_at=started, ended_at=time.time(), cmd=cmd)
-            self.store.save_point(row)
+            self._save_point(row)
             self.summary.points_failed += 1
             self.emit("point_done", status="failed", reason=row.reason, **label)
             return row
@@ -737,7 +762,7 @@ class Runner:
             gpu_seconds=duration * trial.config.num_gpus, cmd=cmd,
             meets_slo=meets, violations=self.slo.violations(summary) if status == "ok" else [],
         )
-        self.store.save_point(row, m.records, keep_chunks=not m.simulated)
+        self._save_point(row, m.records, keep_chunks=not m.simulated)
         self.summary.points_run += 1
         self.summary.points_failed += status == "failed"
         self.summary.gpu_seconds += row.gpu_seconds

@@ -52,6 +52,9 @@ def register(sub) -> None:
     p.add_argument("--early-stop", action="store_true", default=None, help="end a load point once throughput and latency have converged (real engines)")
     p.add_argument("--parallel", action="store_true", default=None, help="grid: run server configurations side by side on disjoint GPUs (each pinned with CUDA_VISIBLE_DEVICES)")
     p.add_argument("--study", help="study name (default: model-date-time)")
+    p.add_argument("--join", action="store_true",
+                   help="one of several workers (one per GPU box) on --study in a shared --storage: the first creates the study from its "
+                        "arguments, later ones join it (their arguments must match); each claims one server configuration at a time")
     control = p.add_mutually_exclusive_group()
     control.add_argument("--resume", "--continue", "-c", nargs="?", const=True, default=False, metavar="STUDY",
                          help="continue a study (default --study, else the latest): a paused sweep goes on; an interrupted one runs only the load points not stored yet")
@@ -352,6 +355,32 @@ def _control(args, storage: str) -> int:
     return 0
 
 
+def _join(args, storage: str) -> int:
+    """--join: this process is one worker of a study shared by several (core/sweep/workers.py)."""
+    from core.results.store import StudyStore
+    from core.sweep.runner import _summary_dict
+    from core.sweep.workers import JoinedRunner, join_study
+
+    if not args.study:
+        raise BadInput("--join needs --study NAME: the study every worker shares")
+    for flag, on in (("--resume/--continue", args.resume), ("--detach", args.detach), ("--dry-run", args.dry_run), ("--output-json", args.output_json)):
+        if on:
+            raise BadInput(f"--join and {flag} do not mix", "a worker runs in its own terminal; export the study with knee results --export")
+    spec, notices = build_spec_from_args(args)
+    store = StudyStore(storage)
+    spec, created = join_study(store, spec, args.study)
+    name = args.study
+    for n in notices if created else []:
+        print(f"knee: {n}", file=sys.stderr)
+    print(f"knee: {'created' if created else 'joined'} study {name!r} as a worker", file=sys.stderr)
+    printer = ProgressPrinter(store=store, study=name)
+    summary = JoinedRunner(store, name, spec=spec, on_event=None if args.quiet else printer.handle, workspace=args.workspace).run()
+    if args.json:
+        json.dump({"study": name, "storage": storage, "created": created, "interrupted": summary.interrupted, **_summary_dict(summary)}, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    return 130 if summary.interrupted else 0
+
+
 def run(args) -> int:
     from core.results.store import StudyStore
     from core.sweep import create_study, start_detached
@@ -361,6 +390,8 @@ def run(args) -> int:
     storage = _storage(args)
     if args.pause or args.stop:
         return _control(args, storage)
+    if args.join:
+        return _join(args, storage)
     store = StudyStore(storage)
     notices: list[str] = []
     if args.resume:

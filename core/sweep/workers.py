@@ -1,0 +1,287 @@
+"""Several workers on one study: ``knee sweep <args> --storage URL --study NAME --join``.
+
+The first worker creates the study from its arguments; later ones join it and run the stored
+spec (a worker whose arguments differ is refused, naming the difference). Each worker claims
+one server configuration at a time with a lease (:mod:`core.sweep.lease`), runs it as the
+single runner does (launch, measure, store every point at once) and renews the lease with
+its heartbeat. Pause, continue and stop are the study's (``knee_control``): every worker reads
+them before each load point and claim, and a stop also while a point runs.
+
+Left for later (issue 14): the adaptive strategy across workers, refusing mixed hardware,
+per-worker status in ``knee results``/``attach``/the TUI.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+from typing import Any
+
+from core.errors import BadInput
+from core.results.store import LeaseLost, StudyStore
+from core.serve import process as proc_mod
+from core.spec.study import SweepSpec
+from core.sweep import lease
+from core.sweep.runner import CONTROL_POLL_S, BEAT_S, Runner, RunSummary, _Interrupted, _summary_dict
+from core.sweep.strategies import make_strategy
+
+# Engine settings that belong to the box, not the study: they may differ between workers.
+LOCAL_ENGINE_FIELDS = ("gpus", "python", "executable", "container", "env", "port")
+_FLAG = {"server_sets": "--server-args", "client_sets": "--client-args", "constraints": "--constraints",
+         "model": "--model", "instance": "--instance", "gpu": "--gpu", "num_gpus": "--num-gpus", "strategy": "--strategy",
+         "input_len": "--input-len", "output_len": "--output-len", "objective": "--objective", "engine.kind": "--engine"}
+
+
+def _short(v: Any, n: int = 90) -> str:
+    s = json.dumps(v, default=str, separators=(",", ":"))
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def spec_differences(stored: SweepSpec, given: SweepSpec) -> list[str]:
+    """What differs between a study's spec and a joining worker's, one phrase each."""
+    a, b = stored.model_dump(mode="json"), given.model_dump(mode="json")
+    ea, eb = a.pop("engine"), b.pop("engine")
+    for f in LOCAL_ENGINE_FIELDS:
+        ea.pop(f, None), eb.pop(f, None)
+    pairs = [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b))]
+    pairs += [(f"engine.{k}", ea.get(k), eb.get(k)) for k in sorted(set(ea) | set(eb))]
+    return [f"{_FLAG.get(k, k)}: the study has {_short(x)}, this worker {_short(y)}" for k, x, y in pairs if x != y]
+
+
+def local_spec(stored: SweepSpec, given: SweepSpec) -> SweepSpec:
+    """The stored spec with this box's own engine settings (its GPUs, its vLLM install)."""
+    local = {f: getattr(given.engine, f) for f in LOCAL_ENGINE_FIELDS}
+    return stored.model_copy(update={"engine": stored.engine.model_copy(update=local)})
+
+
+def join_study(store: StudyStore, spec: SweepSpec, name: str) -> tuple[SweepSpec, bool]:
+    """Create study ``name`` from ``spec`` (first worker) or check ``spec`` against it (later
+    ones). Returns (the spec this worker runs, whether it created the study)."""
+    import sqlalchemy as sa
+
+    from core.results.store import runner_alive
+    from core.sweep import create_study
+
+    if spec.strategy == "adaptive":
+        raise BadInput("--join runs the grid and sla strategies; adaptive search across workers is not there yet", "pass --strategy grid or sla")
+    if spec.parallel:
+        raise BadInput("--join and --parallel do not mix", "run one worker per GPU set with --gpus instead")
+    created = False
+    if store.study(name) is None:
+        try:
+            create_study(store, spec, name)
+            created = True
+        except (BadInput, sa.exc.IntegrityError):
+            pass  # another worker created it a moment ago: join it
+    row = store.study(name)
+    if row is None or not row.get("spec"):
+        raise BadInput(f"study {name!r} was imported; there is nothing to run")
+    info = row.get("info") or {}
+    if created:
+        store.set_study(name, info={**info, "join": True})
+        return spec, True
+    stored = store.spec(name)
+    diffs = spec_differences(stored, spec)
+    if diffs:
+        more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        raise BadInput(f"cannot join study {name!r}: {diffs[0]}{more}", "join with the study's own arguments, or pick another --study")
+    if not info.get("join") and runner_alive(row):
+        raise BadInput(f"study {name!r} is being run by a single runner (pid {row['runner_pid']} on {row.get('runner_host')}), not by --join workers",
+                       "wait for it, or stop it and start the workers with --join")
+    if not info.get("join"):
+        store.set_study(name, info={**info, "join": True})
+    return local_spec(stored, spec), False
+
+
+def _knee_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("knee")
+    except Exception:
+        return "unknown"
+
+
+def trial_host(runner: Runner, trial, server) -> dict[str, Any]:
+    """Host, GPU type and count, engine and version of a launch, where known."""
+    spec = runner.spec
+    out: dict[str, Any] = {"host": socket.gethostname(), "engine": spec.engine.kind, "simulated": spec.engine.kind == "sim"}
+    if spec.engine.kind == "sim":
+        hw = getattr(runner.measurer, "hardware", None)
+        out.update(gpu_type=hw.gpu.name if hw else spec.gpu, gpu_count=trial.config.num_gpus, engine_version=f"knee-sim {_knee_version()}")
+        return out
+    gpus = runner._trial_gpus
+    if gpus:
+        out["gpu_count"] = len(gpus)
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(gpus[0]))
+                out["gpu_type"] = name.decode() if isinstance(name, bytes) else str(name)
+                drv = pynvml.nvmlSystemGetDriverVersion()
+                out["engine_version"] = f"driver {drv.decode() if isinstance(drv, bytes) else drv}"
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    if server is not None and getattr(server, "base_url", None):
+        try:  # vLLM and SGLang answer GET /version
+            import httpx
+
+            headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
+            v = httpx.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout=2.0).json().get("version")
+            if v:
+                out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
+        except Exception:
+            pass
+    return out
+
+
+class JoinedRunner(Runner):
+    """A worker of a joined study: claims configurations by lease until none is left."""
+
+    def __init__(self, store: StudyStore, study: str, *, spec: SweepSpec | None = None, ttl_s: float | None = None, **kw: Any):
+        self.me = lease.Worker.this()
+        self.ttl_s = ttl_s or lease.lease_ttl()
+        self._held: int | None = None
+        self._rerun: str | None = None
+        self._lost = False
+        super().__init__(store, study, spec=spec, **kw)
+        self._beat_every = min(BEAT_S, self.ttl_s / 4)
+
+    @property
+    def worker_id(self) -> str:
+        return self.me.id
+
+    def emit(self, kind: str, /, **data: Any) -> None:
+        super().emit(kind, **{"worker": self.me.id, **data})
+
+    def _beat(self) -> None:
+        now = time.time()
+        if now - self._last_beat < self._beat_every:
+            return
+        self._last_beat = now
+        lease.beat_study(self.store, self.study, self.me)
+        tid = self._held
+        if tid is not None and not lease.renew(self.store, self.study, self.me, tid, self.ttl_s):
+            self._lost = True
+            self.cancel.set()  # a load client stops sending; the point is not stored
+
+    def _checkpoint(self, trial_id: int | None = None, server_up: bool = False) -> None:
+        super()._checkpoint(trial_id, server_up)
+        if self._lost:
+            raise LeaseLost(f"lease on trial {trial_id} lost")
+
+    def _point_begin(self, tid: int, point) -> None:
+        if not lease.renew(self.store, self.study, self.me, tid, self.ttl_s, inflight=point.point_id):
+            self._lost = True
+            raise LeaseLost(f"lease on trial {tid} lost")
+
+    def _save_point(self, row, records=None, keep_chunks: bool = True) -> None:
+        meta = {"worker": self.me.id, "host": self.me.host, "pid": self.me.pid, "rerun": row.point_id == self._rerun}
+        self.store.save_point(row, records, keep_chunks=keep_chunks, worker=meta, lease={"worker": self.me.id, "ttl_s": self.ttl_s})
+
+    def run(self) -> RunSummary:
+        t0 = time.monotonic()
+        old = self._install()
+        try:
+            strategy = make_strategy(self.spec, self.predictor)
+            skipped = {t.trial_key for t, _ in strategy.skipped}
+            stored = {t.trial_key: t.status for t in self.store.trials(self.study)}
+            for t, reason in strategy.skipped:
+                if stored.get(t.trial_key) != "skipped":
+                    self._store_skipped(t, reason)
+            plans = [t for t in strategy.plans if t.trial_key not in skipped]
+            ids = lease.seed(self.store, self.study, plans)
+            by_id = {ids[t.trial_key]: t for t in plans}
+            if self.store.requested_state(self.study) == "stop" and not lease.others_alive(self.store, self.study, self.me):
+                self.store.request_state(self.study, "run")  # left by workers that are gone
+            self._beat()
+            self._start_watch()
+            self.emit("study_started", model=self.spec.model, engine=self.spec.engine.kind, strategy=self.spec.strategy,
+                      planned_trials=len(strategy.plans), planned_points=sum(len(t.points) for t in strategy.plans),
+                      resumed_points=len(self.store.points(self.study)), simulated=self.spec.engine.kind == "sim", host=self.me.host)
+            while True:
+                self._checkpoint()
+                c = lease.claim(self.store, self.study, self.me, self.ttl_s)
+                if c is None:
+                    if not lease.remaining(self.store, self.study):
+                        break
+                    time.sleep(CONTROL_POLL_S)  # the rest is held by live workers: one may die
+                    self._beat()
+                    continue
+                self._run_claim(c, by_id[c.trial_id])
+            self.summary.wall_s = time.monotonic() - t0
+            self.emit("worker_done", **_summary_dict(self.summary))
+            if lease.finish_study(self.store, self.study):
+                self._finish_control()
+                self.emit("study_done", **_summary_dict(self.summary))
+            return self.summary
+        except (_Interrupted, KeyboardInterrupt):
+            self.cancel.set()
+            self._stop_server()
+            self._release()
+            self.summary.interrupted = True
+            self.summary.wall_s = time.monotonic() - t0
+            stopped = self._stop_requested and not self._interrupt_signal
+            name = "stop request" if stopped else signal.Signals(self._interrupt_signal).name if self._interrupt_signal else "SIGINT"
+            last = stopped or not lease.others_alive(self.store, self.study, self.me)
+            if last:
+                self.store.set_study(self.study, status="interrupted", runner_pid=None)
+            self.emit("study_interrupted" if last else "worker_interrupted", signal=name, **_summary_dict(self.summary))
+            return self.summary
+        finally:
+            self._watch_done.set()
+            self._stop_server()
+            self._release()
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            tid, self._held = self._held, None
+            try:
+                lease.end(self.store, self.study, self.me, tid, "released")
+            except Exception:
+                pass  # it expires on its own
+
+    def _run_claim(self, c: lease.Claim, trial) -> None:
+        self._held, self._rerun, self._lost = c.trial_id, c.rerun, False
+        if c.taken_from:
+            self.emit("lease_taken_over", trial_id=c.trial_id, from_worker=c.taken_from, rerun_point=c.rerun)
+            if c.taken_from_host == self.me.host:  # its server may still run here: end it
+                for tid, pid in self.store.server_pids(self.study):
+                    if tid == c.trial_id:
+                        proc_mod.kill_stale_group(pid, tag=self._tag(tid))
+                        self.store.update_trial(self.study, tid, server_pid=None)
+        # A fresh strategy per configuration: its stored points replay into it from scratch.
+        strategy = make_strategy(self.spec, self.predictor)
+        trial = next(t for t in strategy.plans if t.trial_key == trial.trial_key)
+        done = {p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")}
+        try:
+            self._run_trial(strategy, trial, done)
+        except LeaseLost:
+            self._stop_server()
+            self._held = None
+            lease.end(self.store, self.study, self.me, c.trial_id, "lost")
+            self.emit("lease_lost", trial_id=c.trial_id)
+            if not (self._interrupt_signal or self._stop_requested):
+                self.cancel.clear()
+            return
+        self._held = None
+        lease.end(self.store, self.study, self.me, c.trial_id, "done")
+
+
+def run_worker(storage: str, study: str, **kw: Any) -> RunSummary:
+    store = StudyStore(storage, create=False)
+    try:
+        return JoinedRunner(store, study, **kw).run()
+    finally:
+        store.close()
+
+
+__all__ = ["JoinedRunner", "join_study", "spec_differences", "local_spec", "trial_host", "run_worker"]
