@@ -79,6 +79,7 @@ async def shoot(out: Path, size: tuple[int, int], storage: str) -> list[Path]:
     await capture("6-deploy-confirm", confirm)
     await capture("7-estimate-light", goto("f2", lambda app: getattr(app.screen, "view", None) is not None),
                   theme="textual-light")
+    await capture("8-recommend", goto("f6", lambda app: getattr(app.screen, "rec", None) is not None))
     return written
 
 

@@ -122,3 +122,13 @@ def test_quit_dialog(snap_compare):
         await settle(pilot)
 
     assert snap_compare(make_app(), run_before=run_before, terminal_size=WIDE)
+
+
+def _recommend_ready(app) -> bool:
+    s = app.screen
+    return getattr(s, "rec", None) is not None and s.table.row_count > 0 and not s.table.loading
+
+
+@pytest.mark.parametrize("size", [WIDE, NARROW], ids=["100x30", "80x24"])
+def test_recommend(snap_compare, size):
+    assert snap_compare(make_app(), run_before=goto("f6", _recommend_ready), terminal_size=size)

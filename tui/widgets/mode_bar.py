@@ -1,4 +1,4 @@
-"""The top line of every mode: the five screens (clickable) and what the app is working on."""
+"""The top line of every mode: the six screens (clickable) and what the app is working on."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-MODES = (("plan", "Plan"), ("estimate", "Estimate"), ("sweep", "Sweep"), ("pareto", "Pareto"), ("deploy", "Deploy"))
+MODES = (("plan", "Plan"), ("estimate", "Estimate"), ("sweep", "Sweep"), ("pareto", "Pareto"), ("deploy", "Deploy"),
+         ("recommend", "Recommend"))
 
 
 class ModeBar(Horizontal):
-    """``1 Plan  2 Estimate  3 Sweep  4 Pareto  5 Deploy`` with the current mode highlighted.
+    """``1 Plan  2 Estimate  3 Sweep  4 Pareto  5 Deploy  6 Recommend`` with the current mode highlighted.
 
     Each name is a link to its mode, so the mouse works as well as the number keys."""
 
