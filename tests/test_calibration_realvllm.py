@@ -1,8 +1,8 @@
 """Calibration from measurements on the real vLLM CPU server (issue 11 item 4): a real sweep
 of 2 server configurations x 3 concurrencies, run by knee's own runner. Asserts the mechanism
 with bounds noise cannot reach: a refit after every point that can inform one, predictions
-that move toward what was measured (the uncalibrated estimate prices the CPU host from nominal
-figures and is 65-80% off on TPOT; calibrated 3-15%, measured), the profile stored with the
+that move toward what was measured (judged on output throughput: the uncalibrated estimate
+prices the CPU host from nominal figures and is 100-300% off; calibrated 15-80%, measured), the profile stored with the
 study, and `knee estimate --calibrate-from` reloading it. How close the calibrated numbers come
 is a figure for bench/calibration.py, not an assertion here."""
 
@@ -52,12 +52,19 @@ def test_a_real_sweep_learns_its_machine(tmp_path, vllm_python, tiny_model_dir, 
     assert events[-1]["refits"] >= 1
 
     # Predictions made before each point, once a profile exists, are closer to the measurement
-    # than the uncalibrated estimate.
-    fitted = [e for e in events if e["stage"] == "profile" and e["measured"]["mean_tpot_ms"]]
+    # than the uncalibrated estimate. Judged on output throughput, the point's aggregate: the
+    # per-request TPOT of this tiny model on CPU is ~1 ms and at c=4 its tokens reach the client
+    # in bursts after a long TTFT (measured 0.3-0.7 ms against 1.2-1.4 ms at c=1-2), so a TPOT
+    # comparison is noise; the throughput gap is 2-4x (uncalibrated 100-300% off, calibrated
+    # 15-80%, measured). TPOT is printed, not asserted.
+    fitted = [e for e in events if e["stage"] == "profile" and e["measured"]["output_throughput"]]
     assert len(fitted) >= 2
-    uncal = statistics.median(ape(e["uncalibrated"]["mean_tpot_ms"], e["measured"]["mean_tpot_ms"]) for e in fitted)
-    calib = statistics.median(ape(e["predicted"]["mean_tpot_ms"], e["measured"]["mean_tpot_ms"]) for e in fitted)
-    print(f"TPOT median APE over {len(fitted)} points: uncalibrated {uncal:.1%}, calibrated {calib:.1%}")
+    tput = lambda e, key: ape(e[key]["output_throughput"], e["measured"]["output_throughput"])  # noqa: E731
+    uncal = statistics.median(tput(e, "uncalibrated") for e in fitted)
+    calib = statistics.median(tput(e, "predicted") for e in fitted)
+    tpot = [(e["uncalibrated"]["mean_tpot_ms"], e["predicted"]["mean_tpot_ms"], e["measured"]["mean_tpot_ms"]) for e in fitted]
+    print(f"output tok/s median APE over {len(fitted)} points: uncalibrated {uncal:.1%}, calibrated {calib:.1%}; "
+          f"TPOT ms (uncalibrated, calibrated, measured): {tpot}")
     assert calib < uncal
 
     # The profile is stored with the study and reloads through knee estimate.
