@@ -63,6 +63,13 @@ def test_fit_recovers_a_known_profile_through_the_scheduler(qwen):
     assert fit.token_s == pytest.approx(true.token_s, rel=0.1)
     with pytest.raises(BadInput):
         fit_step_profile(points[:1], qwen, hw, config)
+    # A point whose TPOT was not observed (NaN: every token reached the client in one read) is
+    # left out, not turned into a NaN profile; with too few left the fit says why.
+    unobserved = MeasuredPoint(FIT[-1] * 2, ISL, OSL, points[-1].ttft_s, float("nan"))
+    again = fit_step_profile([*points, unobserved], qwen, hw, config, kv_tokens=1 << 20)
+    assert again.step_s == pytest.approx(fit.step_s, rel=1e-6) and again.seq_s == pytest.approx(fit.seq_s, rel=1e-6)
+    with pytest.raises(BadInput, match="TPOT observed"):
+        fit_step_profile([points[0], unobserved], qwen, hw, config)
 
 
 def test_kv_tokens_override_sets_the_cache(qwen):

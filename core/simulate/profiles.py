@@ -27,6 +27,8 @@ through the scheduler, not just through the formulas.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -103,6 +105,10 @@ class MeasuredPoint:
     config: Any = None
 
 
+def _usable(p: MeasuredPoint) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (p.tpot_s, p.ttft_s))
+
+
 def fit_step_profile(
     points: list[MeasuredPoint],
     arch,
@@ -119,9 +125,13 @@ def fit_step_profile(
     from core.spec.serving import LoadPoint
     from core.spec.workload import Workload
 
-    pts = sorted(points, key=lambda p: p.concurrency)
+    # A point whose TPOT was not observed (every request's tokens reached the client in one
+    # read: a loaded 2-core box held the client off for the whole decode; the load client
+    # reports NaN then) or whose TTFT is missing cannot place the line: leave it out.
+    pts = sorted((p for p in points if _usable(p)), key=lambda p: p.concurrency)
     if len({p.concurrency for p in pts}) < 2:
-        raise BadInput("fitting a step profile needs measurements at two concurrencies at least")
+        raise BadInput("fitting a step profile needs measurements at two concurrencies at least (with TTFT and TPOT observed)",
+                       "measure more load points, or longer outputs")
     lo = pts[0]
     osl = max(lo.output_len, 2)
 
