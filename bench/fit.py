@@ -241,7 +241,7 @@ def _changed(a: dict | None, b: dict | None) -> bool:
 
 def influence(its: list[Item], predict=None) -> dict[str, set[str]]:
     """For each parameter, the ids of the items whose prediction changes when it moves (x1.5
-    and /1.5 within bounds, from the hand-set values). Architecture parameters are probed on
+    and /1.5 within bounds, from the priors). Architecture parameters are probed on
     the rows of that GPU architecture only (CostModel reads its GPU's section alone; a GPU of
     an architecture without a section reads hopper's)."""
     from core.catalog import get_gpu

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from core.spec.lengths import SHAREGPT_INPUT_MEAN as SHAREGPT_IN
 from core.spec.lengths import SHAREGPT_OUTPUT_MEAN as SHAREGPT_OUT
-from core.spec.lengths import SHAREGPT_SIGMA, lognormal
+from core.spec.lengths import SHAREGPT_SIGMA, lognormal, sharegpt_input, sharegpt_output
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared" / "calibration" / "measurements.jsonl"
@@ -153,13 +153,11 @@ def instance_of(row: dict) -> str | None:
 def gpu_of(row: dict):
     """The row's GPU spec; on a known instance without GPU peer-to-peer (multi-GPU g5/g6/g6e)
     the spec says so, as ``resolve_hardware(instance=...)`` does for a user."""
-    from core.catalog import get_gpu, instances
+    from core.catalog import get_gpu, instance_gpu, instances
 
     gpu = get_gpu(row["gpu"])
     inst = instances().get(instance_of(row) or "")
-    if inst is not None and not inst.gpu_p2p and inst.gpu == gpu.name and int(row.get("num_gpus") or 1) > 1:
-        gpu = gpu.model_copy(update={"p2p": False})
-    return gpu
+    return instance_gpu(inst) if inst is not None and get_gpu(inst.gpu).name == gpu.name else gpu
 
 
 def measured(row: dict) -> dict:
@@ -227,12 +225,10 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
     src = (row.get("source") or "") + " " + (row.get("notes") or "")
     if "llmperf" in src:
         return LengthDist(kind="normal", mean=mean, std=150.0 if which == "input" else 10.0)
-    sharegpt = row["workload"].get("dataset") == "sharegpt"
-    if sharegpt or "ShareGPT" in src:
-        cut = None
-        if sharegpt:
-            cut = 1024.0 if which == "input" else max(4.0, 2048.0 - (other or 0.0))
-        return lognormal(mean, SHAREGPT_SIGMA, cut)
+    if row["workload"].get("dataset") == "sharegpt":
+        return sharegpt_input(mean) if which == "input" else sharegpt_output(mean, other)
+    if "ShareGPT" in src:  # multi-turn or unfiltered: the shape without the single-turn cut
+        return lognormal(mean, SHAREGPT_SIGMA)
     return LengthDist.of(mean)
 
 

@@ -34,9 +34,10 @@ from tui.screens.plan import PlanScreen
 from tui.screens.quit_dialog import QuitDialog
 from tui.screens.recommend import RecommendScreen
 from tui.screens.sweep import SweepScreen
+from tui.widgets.mode_bar import MODES as MODE_TITLES
 
-MODE_KEYS = (("plan", "Plan", "1", "f1"), ("estimate", "Estimate", "2", "f2"), ("sweep", "Sweep", "3", "f3"),
-             ("pareto", "Pareto", "4", "f4"), ("deploy", "Deploy", "5", "f5"), ("recommend", "Recommend", "6", "f6"))
+# One list of modes (the mode bar's): the nth is digit n and F-n.
+MODE_KEYS = tuple((mode, title, str(n), f"f{n}") for n, (mode, title) in enumerate(MODE_TITLES, 1))
 # The follower reads the store at 15 Hz, so the screen shows >= 10 updates/s under a live sweep
 # even when a loaded machine costs it some ticks (bench/tui_load.py: at 12 Hz it reached 10.2/s
 # on a quiet 2-core box and ~7/s on a busy one); SweepUpdated coalesces what the UI has not drawn.
@@ -48,7 +49,7 @@ class KneeApp(App[None]):
     TITLE = "knee"
     # Every screen's stylesheet is parsed once at start-up: a screen-level CSS_PATH would be
     # parsed, and the whole DOM restyled, on the first visit to that screen.
-    CSS_PATH = ["app.tcss", *(f"screens/{mode}.tcss" for mode in ("plan", "estimate", "sweep", "pareto", "deploy", "recommend"))]
+    CSS_PATH = ["app.tcss", *(f"screens/{mode}.tcss" for mode, _ in MODE_TITLES)]
     MODES = {"plan": PlanScreen, "estimate": EstimateScreen, "sweep": SweepScreen, "pareto": ParetoScreen,
              "deploy": DeployScreen, "recommend": RecommendScreen}
     DEFAULT_MODE = "plan"

@@ -98,17 +98,22 @@ def get_instance(name: str) -> Instance:
     raise BadInput(f"unknown SageMaker instance type {name!r}", hint)
 
 
+def instance_gpu(inst: Instance) -> GPU:
+    """The GPU spec as it sits in ``inst``: without peer-to-peer where the instance has none
+    (``gpu_p2p = false``: its all-reduce goes through host memory)."""
+    g = get_gpu(inst.gpu)
+    return g if inst.gpu_p2p else g.model_copy(update={"p2p": False})
+
+
 def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, instance: str | None = None) -> Hardware:
     """Hardware from ``--instance`` or ``--gpu``/``--num-gpus``."""
     if instance:
         inst = get_instance(instance)
         if num_gpus is not None and num_gpus != inst.num_gpus:
             raise BadInput(f"{inst.name} has {inst.num_gpus} GPUs, not {num_gpus}", "drop --num-gpus")
-        g = get_gpu(inst.gpu)
+        g = instance_gpu(inst)
         if gpu and get_gpu(gpu).name != g.name:
             raise BadInput(f"{inst.name} has {g.name} GPUs, not {gpu}", "drop --gpu")
-        if not inst.gpu_p2p and g.p2p:
-            g = g.model_copy(update={"p2p": False})
         return Hardware(gpu=g, num_gpus=inst.num_gpus, instance=inst)
     if not gpu:
         raise BadInput("no hardware given", "pass --instance ml.g6.12xlarge or --gpu L4 --num-gpus 4")

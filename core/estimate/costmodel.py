@@ -91,6 +91,17 @@ def calibrated(params: dict[str, float] | None):
         _override = saved
 
 
+def _release(version: str | None) -> tuple[int, ...]:
+    """The leading numeric parts of a version string, at most (major, minor): "0.10.2" ->
+    (0, 10), "1.0rc1" -> (1,), "x" or None -> ()."""
+    out: list[int] = []
+    for part in (version or "").split(".")[:2]:
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
 def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     """Overheads for an engine. vLLM by version: before 0.6 the legacy engine, 0.6 and 0.7
     the V0 engine (faster, still no chunked prefill by default), from 0.8 (or unknown) V1.
@@ -100,21 +111,14 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     with it and 83% with the current-vLLM profile."""
     table = calibration()["engine"]
     name = (engine or "vllm").lower()
-    if name == "tgi" and version:
-        try:
-            if int(version.split(".")[0]) < 2:
-                name = "vllm-legacy"
-        except ValueError:
-            pass
-    if name in ("vllm", "sim") and version:
-        try:
-            major, minor = (int(x) for x in version.split(".")[:2])
-            if (major, minor) < (0, 6):
-                name = "vllm-legacy"
-            elif (major, minor) < (0, 8):
-                name = "vllm-v0"
-        except ValueError:
-            pass
+    release = _release(version)
+    if name == "tgi" and release and release[0] < 2:
+        name = "vllm-legacy"
+    if name in ("vllm", "sim") and release and len(release) == 2:
+        if release < (0, 6):
+            name = "vllm-legacy"
+        elif release < (0, 8):
+            name = "vllm-v0"
     if name in ("sim", "nim", "other", "tgi", "custom"):
         name = "vllm"
     if name not in table:

@@ -56,15 +56,23 @@ def lognormal(mean: float, sigma: float, cut: float | None = None) -> LengthDist
     return LengthDist(kind="empirical", mean=sum(ints) / len(ints), values=ints)
 
 
+def sharegpt_input(mean: float | None = None) -> LengthDist:
+    """ShareGPT-like prompt lengths about ``mean`` (default the bundled mean), cut at 1024."""
+    i = float(mean or SHAREGPT_INPUT_MEAN)
+    if i >= SHAREGPT_MAX_PROMPT:  # a mean at or over the cut cannot come from the cut shape
+        return LengthDist.of(i)
+    return lognormal(i, SHAREGPT_SIGMA, float(SHAREGPT_MAX_PROMPT))
+
+
+def sharegpt_output(mean: float | None = None, input_mean: float | None = None) -> LengthDist:
+    """ShareGPT-like output lengths about ``mean``; the cut leaves room for the prompt's mean
+    within the 2048-token request."""
+    o = float(mean or SHAREGPT_OUTPUT_MEAN)
+    cut = max(4.0, SHAREGPT_MAX_TOTAL - float(input_mean or SHAREGPT_INPUT_MEAN))
+    return LengthDist.of(o) if o >= cut else lognormal(o, SHAREGPT_SIGMA, cut)
+
+
 def sharegpt(input_mean: float | None = None, output_mean: float | None = None) -> tuple[LengthDist, LengthDist]:
     """ShareGPT-like (prompt, output) length distributions (see the module docstring), with
-    other means where given; the output's cut leaves room for the prompt's mean."""
-    i = float(input_mean or SHAREGPT_INPUT_MEAN)
-    o = float(output_mean or SHAREGPT_OUTPUT_MEAN)
-    if i >= SHAREGPT_MAX_PROMPT:  # a mean at or over the cut cannot come from the cut shape
-        inp = LengthDist.of(i)
-    else:
-        inp = lognormal(i, SHAREGPT_SIGMA, float(SHAREGPT_MAX_PROMPT))
-    out_cut = max(4.0, SHAREGPT_MAX_TOTAL - i)
-    out = LengthDist.of(o) if o >= out_cut else lognormal(o, SHAREGPT_SIGMA, out_cut)
-    return inp, out
+    other means where given."""
+    return sharegpt_input(input_mean), sharegpt_output(output_mean, input_mean)

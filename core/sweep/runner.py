@@ -336,7 +336,7 @@ class Runner:
             stopped = self._stop_requested and not self._interrupt_signal
             self._finish_control()
             self.store.set_study(self.study, status="interrupted", runner_pid=None)
-            name = "stop request" if stopped else signal.Signals(self._interrupt_signal).name if self._interrupt_signal else "SIGINT"
+            name = self._interrupt_name(stopped)
             self.emit("study_interrupted", signal=name, **_summary_dict(self.summary))
             return self.summary
         finally:
@@ -345,6 +345,12 @@ class Runner:
             self._stop_server()
             for s, h in old.items():
                 signal.signal(s, h)
+
+    def _interrupt_name(self, stopped: bool) -> str:
+        """What ended the run, for the interrupted event: a stop request, or the signal."""
+        if stopped:
+            return "stop request"
+        return signal.Signals(self._interrupt_signal).name if self._interrupt_signal else "SIGINT"
 
     def _finish_control(self) -> None:
         """The request was for this run: a later --resume starts running, not paused or stopped."""

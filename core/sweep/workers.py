@@ -21,6 +21,7 @@ from typing import Any
 
 from core.errors import BadInput
 from core.results.store import LeaseLost, StudyStore
+from core.serve import localhttp
 from core.serve import process as proc_mod
 from core.spec.study import SweepSpec
 from core.sweep import lease
@@ -129,11 +130,10 @@ def trial_host(runner: Runner, trial, server) -> dict[str, Any]:
         except Exception:
             pass
     if server is not None and getattr(server, "base_url", None):
-        try:  # vLLM and SGLang answer GET /version
-            import httpx
-
+        try:  # vLLM and SGLang answer GET /version (localhttp: core must not import httpx)
             headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
-            v = httpx.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout=2.0).json().get("version")
+            status, body = localhttp.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout_s=2.0)
+            v = json.loads(body).get("version") if status == 200 else None
             if v:
                 out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
         except Exception:
@@ -228,7 +228,7 @@ class JoinedRunner(Runner):
             self.summary.interrupted = True
             self.summary.wall_s = time.monotonic() - t0
             stopped = self._stop_requested and not self._interrupt_signal
-            name = "stop request" if stopped else signal.Signals(self._interrupt_signal).name if self._interrupt_signal else "SIGINT"
+            name = self._interrupt_name(stopped)
             last = stopped or not lease.others_alive(self.store, self.study, self.me)
             if last:
                 self.store.set_study(self.study, status="interrupted", runner_pid=None)
