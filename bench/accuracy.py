@@ -68,13 +68,14 @@ def predict_knee(row: dict, arch, gpu=None) -> dict:
 
     w = row["workload"]
     notes = row.get("notes", "")
-    knobs = R.knobs(notes)
+    gpu = gpu or R.gpu_of(row)
+    knobs = {**R.engine_defaults(row, gpu), **R.knobs(notes)}
     gmu = knobs.pop("gpu_memory_utilization", 0.9)
     mml = knobs.pop("max_model_len", None)
     n_prompts = R.prompt_count(notes)
     p = Predictor(
         arch,
-        gpu or R.gpu_of(row),
+        gpu,
         R.workload(row),
         kv_dtype=row.get("kv_dtype") or "auto",
         engine=row.get("engine") or "vllm",

@@ -111,6 +111,11 @@ PRIOR_SIGMA_BY_NAME = {
 # fitted on published rows: leave-one-source-out must not see the held-out source through
 # its prior. (Every other prior is the hand-set calibration.toml value.)
 PRIOR_OVERRIDES = {"interconnect.pcie-host.link_eff": 0.13, "interconnect.pcie-host.allreduce_us": 60.0}
+# Priors measured on a GPU (bench/kernel_priors.py: Hopper's five efficiencies from
+# bench/gpu_kernels.py on an H100 and an H200) replace the hand-set ones, so leave-one-source-out
+# on Hopper rows no longer starts from values people chose while looking at those rows.
+# KNEE_FIT_MEASURED_PRIORS=0 goes back to the hand-set priors, for comparison.
+USE_MEASURED_PRIORS = os.environ.get("KNEE_FIT_MEASURED_PRIORS", "1") != "0"
 
 
 def prior_cost(value: float, prior: float, name: str = "") -> float:
@@ -127,14 +132,17 @@ def parameters() -> dict[str, tuple[float, float, float]]:
     :func:`core.estimate.costmodel.calibration_with` takes)."""
     from core.estimate.costmodel import _calibration_file
 
+    from bench.kernel_priors import measured_priors
+
     cal = _calibration_file()
+    priors = {**(measured_priors() if USE_MEASURED_PRIORS else {}), **PRIOR_OVERRIDES}
     out = {}
     for sec, fields in (("architecture", ARCH_FIELDS), ("interconnect", LINK_FIELDS), ("engine", ENGINE_FIELDS)):
         for name, tab in cal[sec].items():
             for f, (lo, hi) in fields.items():
                 if f in tab:
                     key = f"{sec}.{name}.{f}"
-                    out[key] = (float(PRIOR_OVERRIDES.get(key, tab[f])), lo, hi)
+                    out[key] = (float(priors.get(key, tab[f])), lo, hi)
     return out
 
 

@@ -182,6 +182,22 @@ def knobs(notes: str) -> dict:
     return out
 
 
+_OFFLINE_HARNESS = re.compile(r"benchmark_throughput|benchmark_latency|bench (?:throughput|latency)|\bLLM\(|LLM class", re.I)
+
+
+def engine_defaults(row: dict, gpu) -> dict:
+    """The batch limits vLLM chose itself for a row run through the offline ``LLM`` class
+    (``benchmark_throughput``/``benchmark_latency``: twice ``vllm serve``'s token budget,
+    ``core.spec.engine_defaults``), as ServerConfig fields; empty otherwise (the estimator
+    and the simulator apply ``vllm serve``'s defaults for the GPU themselves)."""
+    from core.spec.engine_defaults import vllm_batch_defaults
+
+    if (row.get("engine") or "vllm").lower() != "vllm" or not _OFFLINE_HARNESS.search(row.get("notes", "") or ""):
+        return {}
+    d = vllm_batch_defaults(row.get("engine_version"), gpu.name, gpu.usable_bytes / 2**30, offline=True)
+    return {} if d is None else {"max_num_batched_tokens": d[0], "max_num_seqs": d[1]}
+
+
 def extra_args(notes: str) -> dict:
     """Engine arguments knee carries in ``ServerConfig.extra_args`` (vLLM 0.6's multi-step
     scheduling)."""

@@ -42,6 +42,7 @@ from functools import lru_cache
 from importlib import resources
 
 from core.errors import BadInput
+from core.spec.engine_defaults import release
 from core.spec.hardware import GPU
 from core.spec.model import ModelArch, kv_element_bytes
 
@@ -94,12 +95,7 @@ def calibrated(params: dict[str, float] | None):
 def _release(version: str | None) -> tuple[int, ...]:
     """The leading numeric parts of a version string, at most (major, minor): "0.10.2" ->
     (0, 10), "1.0rc1" -> (1,), "x" or None -> ()."""
-    out: list[int] = []
-    for part in (version or "").split(".")[:2]:
-        if not part.isdigit():
-            break
-        out.append(int(part))
-    return tuple(out)
+    return release(version, 2)
 
 
 def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:

@@ -75,6 +75,7 @@ from core.errors import BadInput
 from core.estimate.bands import band
 from core.estimate.costmodel import Batch, CostModel, engine_profile
 from core.estimate.memory import MemoryPlan, plan_memory
+from core.spec.engine_defaults import batch_defaults_for
 from core.spec.hardware import GPU
 from core.spec.model import ModelArch
 from core.spec.serving import ServerConfig
@@ -308,6 +309,10 @@ class Predictor:
         self.arch, self.gpu, self.workload = arch, gpu, workload
         self.engine, self.engine_version = engine, engine_version
         self.profile = engine_profile(engine, engine_version)
+        batch = batch_defaults_for(engine, engine_version, gpu)
+        if batch is not None:
+            # vLLM V1 picks its batch limits by GPU (core/spec/engine_defaults.py).
+            self.profile = {**self.profile, "default_max_num_batched_tokens": batch[0], "default_max_num_seqs": batch[1]}
         if kv_dtype in ("auto", None, "") and self.profile.get("fp8_kv_with_fp8_weights") and arch.quantization.method == "fp8":
             # TensorRT-LLM's FP8 quantization stores the KV cache in FP8 too unless told not to.
             kv_dtype = "fp8"
@@ -776,8 +781,30 @@ class Predictor:
         if self.workload.output.kind != "fixed" and per_rep > 1:
             x, gaps = self._burst(cm, st, per_rep, run, budget)
         # The i-th request of the burst starts once i − N have finished: mean wait (n − N)/2X.
-        wait = max(0.0, per_rep - run) / 2.0 / x
+        # Before that, all N admitted prompts prefill back to back in full-budget steps (the
+        # j-th one's first token leaves after ceil(j·I/budget) of them): the first N wait half
+        # that storm on average, the queued rest all of it.
+        storm = self._prefill_storm(cm, run, budget, cfg)
+        wait = storm * (1.0 - run / (2.0 * per_rep)) + max(0.0, per_rep - run) / 2.0 / x
         return self._finish(cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, gaps)
+
+    def _prefill_storm(self, cm: CostModel, prompts: float, budget: int, cfg: ServerConfig) -> float:
+        """Seconds to prefill ``prompts`` prompts that arrived together, in steps of ``budget``
+        tokens (without chunked prefill: as many whole prompts as fit a step); 0 when they fit
+        one step, which the steady state's own prefill already covers."""
+        cached = self.cached_tokens(cfg)
+        I = self.input_len
+        Ic = max(I - cached, 1.0)
+        tokens = prompts * Ic
+        if self.profile.get("chunked_prefill", 1):
+            per_step = float(budget)
+        else:
+            per_step = max(1.0, budget // max(int(Ic), 1)) * Ic if Ic <= budget else float(budget)
+        if tokens <= per_step:
+            return 0.0
+        p = per_step
+        t_pf = cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
+        return math.ceil(tokens / p - 1e-9) * t_pf
 
     @property
     def synchronized(self) -> bool:

@@ -50,6 +50,7 @@ from core.errors import BadInput, KneeError
 from core.estimate.costmodel import CostModel
 from core.simulate.engine import DECODE, DONE, FAILED, Replica, Requests
 from core.simulate.sim import InfeasibleConfig, _apply_quantization, check_config, scheduler_generation
+from core.spec.engine_defaults import with_engine_defaults
 from core.spec.serving import ServerConfig
 
 CHARS_PER_TOKEN = 4
@@ -104,6 +105,7 @@ class LiveSim:
         if not scale > 0:
             raise BadInput(f"--scale must be positive, got {scale}")
         arch = _apply_quantization(arch, config)
+        config = with_engine_defaults(config, engine, engine_version, hardware.gpu)
         self.memory = check_config(arch, hardware, config)
         self.cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
         self.config = config

@@ -60,6 +60,7 @@ from core.load.metrics import summarize
 from core.load.datasets import sample_lengths
 from core.load.schedule import arrival_times
 from core.simulate.engine import BLOCK, DONE, FAILED, PENDING, Replica, Requests
+from core.spec.engine_defaults import with_engine_defaults
 from core.spec.hardware import Hardware
 from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
 from core.spec.records import RequestRecord
@@ -433,6 +434,7 @@ def simulate_detailed(
     if router not in ROUTERS:
         raise BadInput(f"unknown router {router!r}", f"use one of {', '.join(ROUTERS)}")
     arch = _apply_quantization(arch, config)
+    config = with_engine_defaults(config, engine, engine_version, hardware.gpu)
     mem = check_config(arch, hardware, config)
     if kv_tokens is not None:
         if kv_tokens < BLOCK:

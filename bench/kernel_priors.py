@@ -1,0 +1,88 @@
+"""Priors for the cost model's GPU efficiencies measured on a GPU, not chosen by people who
+had seen the serving rows the fit is later judged on.
+
+``bench/gpu_kernels.py`` measures, with PyTorch alone, the fraction of the datasheet peak that
+a decode step's kernels reach on the GPU it runs on; its JSON output for each GPU measured
+lives in ``bench/data/kernels-<gpu>.json`` (H100 SXM and H200, 2026-11-24, PyTorch 2.11 +
+CUDA 13.0). :func:`measured_priors` turns them into ``bench/fit.py`` priors per architecture:
+
+- ``mfu``, ``mfu_fp8``: large GEMMs (M >= 4096) on Llama-3.1-8B's four linear shapes;
+- ``mfu_attn``: causal flash attention on 2-8k-token prefills;
+- ``bw_kv``: decode attention over a contiguous KV cache (vLLM's is paged: a little slower);
+- ``bw_weights``: the *asymptotic* weight-streaming bandwidth, the slope of
+  ``time = bytes / (bw * peak) + floor`` fitted over tensor-parallel shards of the 8B and
+  70B layers (M = 1 and 32). The intercept, a per-GEMM floor of ~3-4.5 us, belongs to the
+  engine profile's per-layer term, not to bandwidth: a plain median over decode batches
+  (0.75-0.78) would fold the floor of an 8B layer into every model's bandwidth.
+
+An architecture with no measured GPU keeps its ``calibration.toml`` prior.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data"
+# GPU name in the file -> calibration.toml architecture
+ARCHITECTURE = {"H100-SXM": "hopper", "H200": "hopper"}
+# Llama-3.1 8B / 70B: hidden, intermediate, query heads, KV heads (bench/gpu_kernels.py)
+_SHARD_MODELS = {"8b": (4096, 14336, 32, 8), "70b": (8192, 28672, 64, 8)}
+_HEAD_DIM = 128
+
+
+def _shard_bytes(model: str, tp: int) -> int:
+    hidden, inter, heads, kv = _SHARD_MODELS[model]
+    shapes = [((heads // tp + 2 * max(kv // tp, 1)) * _HEAD_DIM, hidden), (hidden, heads // tp * _HEAD_DIM),
+              (2 * inter // tp, hidden), (hidden, inter // tp)]
+    return sum(a * b * 2 for a, b in shapes)
+
+
+def asymptotic_bandwidth(doc: dict) -> tuple[float, float] | None:
+    """(bandwidth fraction, floor in us per layer) of the least-squares line through the
+    shard sweep's per-layer times at decode batches (M <= 32), or None without one."""
+    pts = [(_shard_bytes(r["model"], r["tp"]), r["us_per_layer"]) for r in doc.get("rows", [])
+           if r.get("what") == "shard_bf16" and r.get("m", 99) <= 32 and "us_per_layer" in r]
+    if len(pts) < 3:
+        return None
+    n = len(pts)
+    mx = sum(x for x, _ in pts) / n
+    my = sum(y for _, y in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)  # us per byte
+    floor = my - slope * mx
+    gbps = 1.0 / slope / 1e3  # bytes per us -> GB/s
+    return gbps / doc["info"]["peaks"]["bandwidth_gbps"], floor
+
+
+def measured(path: Path) -> dict[str, float]:
+    """One kernels file's efficiencies, by calibration.toml field name."""
+    doc = json.loads(path.read_text())
+    s = doc.get("summary", {})
+    out = {f: float(s[f]) for f in ("mfu", "mfu_fp8", "mfu_attn", "bw_kv") if s.get(f)}
+    asym = asymptotic_bandwidth(doc)
+    if asym:
+        out["bw_weights"] = asym[0]
+    return out
+
+
+def measured_priors(data: Path = DATA) -> dict[str, float]:
+    """``architecture.<arch>.<field>`` -> the mean over that architecture's measured GPUs."""
+    per: dict[str, list[float]] = {}
+    for path in sorted(data.glob("kernels-*.json")):
+        doc = json.loads(path.read_text())
+        arch = ARCHITECTURE.get(doc.get("info", {}).get("gpu", ""))
+        if not arch:
+            continue
+        for f, v in measured(path).items():
+            per.setdefault(f"architecture.{arch}.{f}", []).append(v)
+    return {k: round(statistics.fmean(v), 3) for k, v in per.items()}
+
+
+if __name__ == "__main__":
+    for p in sorted(DATA.glob("kernels-*.json")):
+        doc = json.loads(p.read_text())
+        asym = asymptotic_bandwidth(doc)
+        print(p.name, {k: round(v, 3) for k, v in measured(p).items()},
+              f"GEMM floor {asym[1]:.1f} us/layer" if asym else "")
+    print("priors", measured_priors())
