@@ -9,7 +9,7 @@ What is fitted (:func:`parameters`): per GPU architecture of ``calibration.toml`
 efficiency factors ``mfu``, ``mfu_fp8``, ``mfu_attn``, ``bw_weights`` and ``bw_kv``; per
 interconnect (``nvlink``, ``pcie``: an A10G all-reduces like an L40S, not like an A100)
 ``link_eff`` and ``allreduce_us``; and per engine profile the host overhead per step
-``step_us``. Nothing per source and nothing per row. Bounds keep each physical: fractions of
+``step_us`` (and vLLM's per-token API-server streaming cost ``stream_token_us``). Nothing per source and nothing per row. Bounds keep each physical: fractions of
 a peak in [0.2, 1.0] (``link_eff`` [0.05, 1.0]), ``allreduce_us`` in [1, 300] us,
 ``step_us`` in [20, 10000] us. A parameter no training row's prediction depends on (no row
 of that architecture or engine profile, or no row that exercises it: ``link_eff`` without a
@@ -86,7 +86,7 @@ ARCH_FIELDS = {
     "bw_kv": (0.2, 1.0),
 }
 LINK_FIELDS = {"link_eff": (0.05, 1.0), "allreduce_us": (1.0, 300.0)}
-ENGINE_FIELDS = {"step_us": (20.0, 10000.0)}
+ENGINE_FIELDS = {"step_us": (20.0, 10000.0), "stream_token_us": (10.0, 1000.0)}
 CAP = math.log(3.0)
 # The prior: each parameter's hand-set (datasheet / literature) value, with a log-normal
 # spread of PRIOR_SIGMA. Moving a parameter by a factor r costs
@@ -104,6 +104,7 @@ PRIOR_WEIGHT = float(os.environ.get("KNEE_FIT_PRIOR_WEIGHT", "4.0"))
 PRIOR_SIGMA_BY_NAME = {
     "interconnect.pcie.link_eff": 1.0, "interconnect.pcie.allreduce_us": 1.0,
     "interconnect.pcie-host.link_eff": 1.0, "interconnect.pcie-host.allreduce_us": 1.0,
+    "engine.vllm.stream_token_us": 1.0,
 }
 
 

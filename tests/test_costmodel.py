@@ -86,7 +86,7 @@ def test_breakdown_parts_add_up_to_step_seconds(model, gpu, tp, kv):
         bd = cm.breakdown(b)
         assert bd.total == cm.step_time(b)
         recombined = (_softmax(bd.linear_compute, bd.linear_memory) + max(bd.attention_compute, bd.attention_memory)
-                      + bd.communication + bd.overhead)
+                      + bd.communication + bd.overhead + bd.streaming)
         assert recombined == pytest.approx(bd.total, rel=1e-12)
         assert min(bd.linear_compute, bd.linear_memory, bd.attention_memory, bd.overhead) > 0
         assert (bd.communication > 0) == (tp > 1)
@@ -141,3 +141,18 @@ def test_instances_without_peer_to_peer_all_reduce_through_the_host():
     batch = Batch.decode(128, 400)
     assert CostModel(arch, g6, 4).step_time(batch) > 1.2 * CostModel(arch, box, 4).step_time(batch)
     assert CostModel(arch, g6, 1).step_time(batch) == CostModel(arch, box, 1).step_time(batch)
+
+
+def test_api_server_streaming_paces_a_large_batch_only():
+    """Each running sequence's token goes out through one API server process: a step of many
+    short decodes is paced by that (and the bottleneck says so), a small batch is not."""
+    from core.estimate.costmodel import calibrated
+
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("H100-SXM")
+    with calibrated({"engine.vllm.stream_token_us": 100.0}):
+        cm = CostModel(arch, gpu)
+    small, large = Batch.decode(8, 300.0), Batch.decode(1000, 300.0)
+    assert cm.breakdown(small).streaming == 0.0
+    big = cm.breakdown(large)
+    assert big.total == pytest.approx(1000 * 100e-6) and big.streaming > 0
+    assert big.bottleneck == "API server (token streaming)"

@@ -34,6 +34,7 @@ prefill-only steps, default budgets, how the KV cache is sized).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tomllib
 from contextlib import contextmanager
@@ -157,9 +158,14 @@ class StepBreakdown:
     communication: float
     overhead: float
     total: float
+    # What streaming the step's tokens through the API server adds beyond the engine's own
+    # step (0 unless the server, not the GPU, paces the tokens).
+    streaming: float = 0.0
 
     @property
     def bottleneck(self) -> str:
+        if self.streaming > 0:
+            return "API server (token streaming)"
         # Compute and memory sides of one part overlap, so each part counts its larger side.
         linear = ("compute (matmuls)", self.linear_compute) if self.linear_compute >= self.linear_memory else (
             "memory bandwidth (weights)", self.linear_memory)
@@ -266,6 +272,10 @@ class CostModel:
         self._per_seq = prof["seq_us"] * 1e-6
         self.request_overhead_s = prof["request_ms"] * 1e-3
         self.output_token_overhead_s = prof["output_token_us"] * 1e-6
+        # The API server streams each running sequence's token of every step (detokenize,
+        # one SSE event) from one process, overlapped with the GPU: a step cannot deliver its
+        # tokens faster than seqs x this, whatever the GPU does.
+        self._stream_s = prof.get("stream_token_us", 0.0) * 1e-6
 
     # ---- the hot path: plain floats, no allocation (the simulator calls it per step) ----
     # (breakdown() restates its terms for explanations; keep the two in step.)
@@ -295,7 +305,9 @@ class CostModel:
             kv_bytes * self._s_per_kv_byte,
         )
         comm = tokens * self._comm_per_token + self._comm_fixed
-        return linear + attn + comm + self._fixed + (decode_seqs + prefill_seqs) * self._per_seq
+        engine = linear + attn + comm + self._fixed + (decode_seqs + prefill_seqs) * self._per_seq
+        streamed = (decode_seqs + prefill_seqs) * self._stream_s
+        return engine if engine >= streamed else streamed
 
     def step_time(self, batch: Batch) -> float:
         return self.step_seconds(
@@ -317,12 +329,16 @@ class CostModel:
         if self._window:
             kv_bytes += (batch.decode_seqs + batch.prefill_seqs) * self._window * self._window_bytes_per_token
         seqs = batch.decode_seqs + batch.prefill_seqs
-        return StepBreakdown(
+        total = self.step_time(batch)
+        parts = StepBreakdown(
             linear_compute=tokens * self._flops_per_token * self._s_per_flop,
             linear_memory=wbytes * self._s_per_weight_byte,
             attention_compute=(batch.prefill_attn + batch.decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop,
             attention_memory=kv_bytes * self._s_per_kv_byte,
             communication=(tokens * self._comm_per_token + self._comm_fixed) if tokens else 0.0,
             overhead=self._fixed + seqs * self._per_seq,
-            total=self.step_time(batch),
+            total=total,
         )
+        engine = (_softmax(parts.linear_compute, parts.linear_memory) + max(parts.attention_compute, parts.attention_memory)
+                  + parts.communication + parts.overhead) if (batch.prefill_tokens + batch.decode_seqs) > 0 else 0.0
+        return dataclasses.replace(parts, streaming=max(0.0, total - engine))
