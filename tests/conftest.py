@@ -14,7 +14,7 @@ Fixtures (real-vLLM tier; mark such tests `@pytest.mark.realvllm`):
 No test pins CPUs or raises priorities (issue 10): tests assert behaviour; the timing
 comparisons that needed a pinned server live in bench/ (client_vs_vllm.py, sim_cpu_fit.py).
 
-Tiers (markers realvllm, moto, tmux): a test of a tier whose environment is missing is
+Tiers (markers realvllm, moto, tmux, postgres): a test of a tier whose environment is missing is
 skipped with the reason, or fails when CI=true for realvllm (CI installs it, so missing means
 broken). At the end one line per tier says what ran, passed, failed and was skipped, and why.
 Other fixtures belong in the test files that use them.
@@ -32,7 +32,7 @@ import pytest
 
 from support import tinymodel, vllm_server  # `tests` is taken in site-packages; see support/__init__.py
 
-TIERS = ("realvllm", "moto", "tmux")
+TIERS = ("realvllm", "moto", "tmux", "postgres")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -66,7 +66,14 @@ def _probe_tmux() -> tuple[bool, str]:
     return True, "tmux and knee found"
 
 
-PROBES = {"realvllm": _probe_realvllm, "moto": _probe_moto, "tmux": _probe_tmux}
+def _probe_postgres() -> tuple[bool, str]:
+    from support import postgres
+
+    why = postgres.why_not()
+    return (False, why) if why else (True, f"PostgreSQL found ({postgres.find_bin()})")
+
+
+PROBES = {"realvllm": _probe_realvllm, "moto": _probe_moto, "tmux": _probe_tmux, "postgres": _probe_postgres}
 
 
 def require_tier(tier: str) -> None:

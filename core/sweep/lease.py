@@ -21,18 +21,21 @@ is marked as a re-run (``knee_point_hosts.rerun``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import socket
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
+from core.errors import RunFailed
 from core.results.store import lease_log_t, leases_t, points_t, studies_t, trials_t
 from core.spec.study import canonical_json
 
@@ -114,12 +117,16 @@ def _claimable(study: str, now: float):
     )
 
 
-def claim(store, study: str, me: Worker, ttl_s: float) -> Claim | None:
-    """The next free configuration, now held by ``me``; None when none is free."""
+def claim(store, study: str, me: Worker, ttl_s: float, only: Collection[int] | None = None) -> Claim | None:
+    """The next free configuration, now held by ``me``; None when none is free. ``only``: the
+    trial ids this worker can run (its own plan; a worker on other hardware may plan fewer)."""
     for _ in range(5):
         now = time.time()
         with _locked(store, study) as c:
-            q = sa.select(leases_t).where(_claimable(study, now)).order_by(leases_t.c.ord).limit(1)
+            q = sa.select(leases_t).where(_claimable(study, now))
+            if only is not None:
+                q = q.where(leases_t.c.trial_id.in_(list(only)))
+            q = q.order_by(leases_t.c.ord).limit(1)
             if c.dialect.name == "postgresql":
                 q = q.with_for_update(skip_locked=True)
             row = c.execute(q).mappings().first()
@@ -182,10 +189,13 @@ def end(store, study: str, me: Worker, trial_id: int, outcome: str) -> None:
         )
 
 
-def remaining(store, study: str) -> int:
-    """Configurations not done yet (held or free)."""
+def remaining(store, study: str, only: Collection[int] | None = None) -> int:
+    """Configurations not done yet (held or free); of ``only`` where given."""
+    q = sa.select(sa.func.count()).select_from(leases_t).where(leases_t.c.study == study, leases_t.c.state != "done")
+    if only is not None:
+        q = q.where(leases_t.c.trial_id.in_(list(only)))
     with store.engine.connect() as c:
-        return int(c.execute(sa.select(sa.func.count()).select_from(leases_t).where(leases_t.c.study == study, leases_t.c.state != "done")).scalar())
+        return int(c.execute(q).scalar())
 
 
 def others_alive(store, study: str, me: Worker) -> bool:
@@ -208,3 +218,127 @@ def finish_study(store, study: str) -> bool:
     with store.engine.begin() as c:
         return c.execute(studies_t.update().where(studies_t.c.name == study, studies_t.c.status != "done").values(
             status="done", runner_pid=None)).rowcount == 1
+
+
+# ---- a shared store that goes away for a while --------------------------------------------
+# A PostgreSQL server restarted for maintenance, or a network blip between a GPU box and the
+# database, must not cost a worker its configuration, let alone its stored points: every store
+# call of a worker waits such an outage out, retrying, up to $KNEE_STORE_OUTAGE_S (default
+# 120 s); past that the worker stops with one line (its points stay stored; the same command
+# rejoins). Each store call is one transaction, so a retry repeats it whole: one cut before the
+# commit left nothing, and the writes a worker makes are idempotent (a point is replaced by
+# its id, a lease is renewed or claimed by condition) should a commit's answer be what was lost.
+OUTAGE_ENV = "KNEE_STORE_OUTAGE_S"
+DEFAULT_OUTAGE_S = 120.0
+
+
+def outage_budget() -> float:
+    try:
+        v = float(os.environ.get(OUTAGE_ENV, DEFAULT_OUTAGE_S))
+    except ValueError:
+        return DEFAULT_OUTAGE_S
+    return v if v >= 0 else DEFAULT_OUTAGE_S
+
+
+class StoreUnreachable(RunFailed):
+    """The shared store stayed unreachable longer than the outage budget (exit code 1)."""
+
+
+def is_outage(e: BaseException) -> bool:
+    """Whether ``e`` means the store cannot be reached now (not that a statement is wrong)."""
+    if isinstance(e, sa.exc.DBAPIError) and e.connection_invalidated:
+        return True
+    if isinstance(e, sa.exc.InterfaceError):
+        return True
+    if isinstance(e, sa.exc.OperationalError):
+        # SQLite reports a missing table as an OperationalError too: there only a lock waits.
+        msg = str(e.orig).lower()
+        return "sqlite" not in type(e.orig).__module__ or "locked" in msg or "busy" in msg
+    return False
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(getattr(e, "orig", None) or e).strip().splitlines()
+    return text[0][:200] if text else type(e).__name__
+
+
+class StoreGuard:
+    """A :class:`StudyStore` whose calls wait out an outage of the store (see above). Attribute
+    reads pass through; ``call(fn, ...)`` guards any function of the store (the lease ones).
+    Thread-safe: the runner's control thread and its main thread share one outage."""
+
+    def __init__(self, store, budget_s: float | None = None, notice: Callable[[str], None] | None = None):
+        self._store = store
+        self._budget = outage_budget() if budget_s is None else budget_s
+        self._notice = notice or (lambda msg: None)
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        v = getattr(self._store, name)
+        if callable(v) and not name.startswith("_") and name != "close":
+            return functools.partial(self.call, v)
+        return v
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        delay = 0.1
+        while True:
+            try:
+                out = fn(*args, **kw)
+            except Exception as e:
+                if not is_outage(e):
+                    raise
+                now = time.monotonic()
+                with self._lock:
+                    if self._down_since is None:
+                        self._down_since = now
+                        self._notice(f"the study store {self._store.shown_url} is unreachable ({_first_line(e)}); "
+                                     f"waiting up to {self._budget:.0f} s for it (${OUTAGE_ENV})")
+                    down_s = now - self._down_since
+                if down_s >= self._budget:
+                    raise StoreUnreachable(
+                        f"the study store {self._store.shown_url} has been unreachable for over {self._budget:.0f} s ({_first_line(e)}); "
+                        "this worker stops: the points stored are kept, and the same command joins the study again"
+                    ) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            if self._down_since is not None:
+                with self._lock:
+                    if self._down_since is not None:
+                        self._notice(f"the study store is back after {time.monotonic() - self._down_since:.0f} s; going on")
+                        self._down_since = None
+            return out
+
+
+# ---- following a joined study from any box (knee results, knee attach) ----------------------
+_ENDED = {"done": "idle", "released": "stopped", "lost": "idle", "expired": "presumed dead (its lease expired and was taken over)"}
+
+
+def worker_status(store, study: str, now: float | None = None) -> list[dict[str, Any]]:
+    """Per worker of a joined study, from its leases: host, pid, the configuration it holds and
+    the point in flight, its heartbeat's age, configurations done. [] for other studies. A
+    worker that holds nothing shows the age of its last claim or release instead."""
+    now = time.time() if now is None else now
+    leases = store.leases(study)
+    if not leases:
+        return []
+    out: dict[str, dict[str, Any]] = {}
+    for r in store.lease_log(study):  # oldest first: the last row says where a worker stands
+        w = out.setdefault(r["worker"], {"worker": r["worker"], "host": r["host"], "pid": r["pid"], "configurations_done": 0,
+                                         "trial_id": None, "inflight": None, "heartbeat_age_s": None, "_last": 0.0})
+        w["configurations_done"] += r["outcome"] == "done"
+        w["_last"] = max(w["_last"], r["ended_at"] or r["claimed_at"] or 0.0)
+        w["state"] = _ENDED.get(r["outcome"], "running")
+    left = sum(1 for r in leases if r["state"] != "done")
+    for w in out.values():
+        w["heartbeat_age_s"] = max(0.0, now - w.pop("_last"))
+        if w["state"] in ("idle", "running"):
+            w["state"] = "finished" if not left else "waiting for a configuration"
+    for r in leases:
+        w = out.get(r["worker"] or "")
+        if r["state"] == "running" and w is not None:
+            alive = (r["expires_at"] or 0) >= now
+            w.update(trial_id=r["trial_id"], inflight=r["inflight"], heartbeat_age_s=max(0.0, now - (r["heartbeat_at"] or now)),
+                     state="running" if alive else "silent (its lease expired; another worker will take the configuration over)")
+    return sorted(out.values(), key=lambda w: (w["host"] or "", w["pid"] or 0))

@@ -22,7 +22,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from core.results.store import StudyStore, default_storage, runner_gone, study_status
     from core.sweep import runner_alive
-    from tui.cli.results import resume_command
+    from core.sweep.lease import worker_status
+    from tui.cli.results import resume_command, worker_lines
     from tui.cli.sweep import ProgressPrinter
 
     store = StudyStore(args.storage or default_storage(args.workspace), create=False)
@@ -47,6 +48,10 @@ def run(args) -> int:
     try:
         # Inside the try: a Ctrl-C from the moment this line is shown detaches the view.
         print(f"knee: attached to {study!r} ({state}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
+        workers = worker_status(store, study)  # a study several workers share (knee sweep --join)
+        printer.show_workers = bool(workers)
+        for line in worker_lines(workers):
+            print(line, file=sys.stderr)
         while True:
             batch = store.events(study, after=after)
             for ev in batch:

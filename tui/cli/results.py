@@ -64,6 +64,10 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
     k = knee(front, x, y)
     b = best(points, objective, slo, price)
     trials = store.trials(study)
+    from core.sweep.lease import worker_status
+
+    workers = worker_status(store, study)  # several workers on this study (knee sweep --join)
+    hosts = store.point_hosts(study) if workers else {}
     # Per configuration: the highest load that met every SLO (what SLA search looks for; also
     # meaningful for a grid). Keyed by trial id.
     sla: dict[int, Any] = {}
@@ -87,6 +91,8 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
         "trials": trials,
         "pareto": {"x": x, "y": y, "points": front, "knee": k},
         "best": b,
+        "workers": workers,
+        "point_hosts": hosts,
     }
 
 
@@ -152,7 +158,12 @@ def run(args) -> int:
         from tui.cli.common import print_json
 
         def pt(p):
-            return None if p is None else {"point_id": p.point_id, "trial_id": p.trial_id, "server_args": p.server_args, "client_args": p.client_args, "summary": p.summary, "status": p.status, "reason": p.reason, "meets_slo": p.meets_slo, "simulated": p.simulated, "cmd": p.cmd}
+            if p is None:
+                return None
+            d = {"point_id": p.point_id, "trial_id": p.trial_id, "server_args": p.server_args, "client_args": p.client_args, "summary": p.summary, "status": p.status, "reason": p.reason, "meets_slo": p.meets_slo, "simulated": p.simulated, "cmd": p.cmd}
+            if p.point_id in a["point_hosts"]:
+                d["stored_by"] = a["point_hosts"][p.point_id]  # worker, host, pid, rerun
+            return d
 
         print_json({
             "study": a["study"], "model": a["model"], "status": a["status"], "simulated": a["simulated"],
@@ -164,10 +175,26 @@ def run(args) -> int:
             "pareto": {"x": a["pareto"]["x"], "y": a["pareto"]["y"], "points": [pt(p) for p in a["pareto"]["points"]], "knee": pt(a["pareto"]["knee"])},
             "trials": [t.model_dump(mode="json") for t in a["trials"]],
             "points": [pt(p) for p in a["points"]],
+            "workers": a["workers"],
         })
         return 0
     _print_text(a)
     return 0
+
+
+def worker_lines(workers: list[dict[str, Any]]) -> list[str]:
+    """The workers of a joined study, one line each (knee results, knee attach)."""
+    if not workers:
+        return []
+    out = [f"workers ({len(workers)}):"]
+    for w in workers:
+        what = w["state"]
+        if w.get("trial_id") is not None:
+            what = f"{w['state']} trial {w['trial_id']}" + (f", point {w['inflight']} in flight" if w.get("inflight") else "")
+        age = w.get("heartbeat_age_s")
+        beat = f"heartbeat {age:.0f} s ago" if age is not None and w.get("trial_id") is not None else (f"last seen {age:.0f} s ago" if age is not None else "")
+        out.append(f"  {w['host']} pid {w['pid']}: {what}; {beat}; {w['configurations_done']} configurations done")
+    return out
 
 
 def _suffix(path: str) -> str:
@@ -183,11 +210,14 @@ def _print_text(a: dict[str, Any]) -> None:
         why = a["runner"]["reason"]
         print(f"{why + '; ' if why else ''}resume with: {a['resume']}")
     print(f"constraints: {a['constraints'] or '(none)'}   objective: {a['objective']}")
+    for line in worker_lines(a["workers"]):
+        print(line)
     points = a["points"]
     sargs = sorted({k for p in points for k in p.server_args})
     cargs = sorted({k for p in points for k in p.client_args if k in ("max_concurrency", "request_rate")})
     pred = a.get("predicted") or {}
-    header = ["trial"] + sargs + cargs + ["status", "out tok/s", "req/s", "TTFT ms", "p99 E2E s", "SLO"] + (["pred tok/s", "pred p99 s"] if pred else [])
+    hosts = a.get("point_hosts") or {}
+    header = ["trial"] + sargs + cargs + ["status", "out tok/s", "req/s", "TTFT ms", "p99 E2E s", "SLO"] + (["pred tok/s", "pred p99 s"] if pred else []) + (["host"] if hosts else [])
     rows = []
     for p in points:
         s = p.summary
@@ -200,6 +230,9 @@ def _print_text(a: dict[str, Any]) -> None:
             pp = pred.get(p.point_id) or {}
             pe = pp.get("p99_e2el_ms")
             row += [_fmt(pp.get("output_throughput")), _fmt(pe / 1000 if isinstance(pe, (int, float)) else None)]
+        if hosts:
+            h = hosts.get(p.point_id) or {}
+            row.append(f"{h.get('host') or '-'}{' (re-run)' if h.get('rerun') else ''}")
         rows.append(row)
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     print("  ".join(h.rjust(w) for h, w in zip(header, widths)))

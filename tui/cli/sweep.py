@@ -55,6 +55,8 @@ def register(sub) -> None:
     p.add_argument("--join", action="store_true",
                    help="one of several workers (one per GPU box) on --study in a shared --storage: the first creates the study from its "
                         "arguments, later ones join it (their arguments must match); each claims one server configuration at a time")
+    p.add_argument("--allow-mixed-hardware", action="store_true",
+                   help="with --join: join a study whose GPU type or count differs from this box's (each point records its host and hardware)")
     control = p.add_mutually_exclusive_group()
     control.add_argument("--resume", "--continue", "-c", nargs="?", const=True, default=False, metavar="STUDY",
                          help="continue a study (default --study, else the latest): a paused sweep goes on; an interrupted one runs only the load points not stored yet")
@@ -242,6 +244,7 @@ class ProgressPrinter:
         self.sim = False
         self._live = False
         self._last_line = 0.0
+        self.show_workers = False  # following a study several workers share: say which ran what
 
     def _print(self, text: str) -> None:
         if self._live:
@@ -260,7 +263,8 @@ class ProgressPrinter:
         elif kind == "trial_started":
             args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items()) or "(defaults)"
             gpus = f" gpus={','.join(map(str, d['gpus']))}" if d.get("gpus") else ""
-            self._print(f"[trial {d.get('trial_id')}] {args}{gpus}")
+            on = f" on {_worker_name(d['worker'])}" if self.show_workers and d.get("worker") else ""
+            self._print(f"[trial {d.get('trial_id')}] {args}{gpus}{on}")
         elif kind == "server_ready":
             how = "simulated launch" if d.get("simulated") else f"server ready in {d.get('start_s', 0):.1f} s (pid {d.get('pid')})"
             self._print(f"  {how}")
@@ -310,6 +314,14 @@ class ProgressPrinter:
             self._print(f"  FAILED: {first}")
             for ln in rest.splitlines()[-5:]:
                 self._print(f"    | {ln}")
+        elif kind == "lease_taken_over":
+            rerun = f"; point {d['rerun_point']} runs again (re-run)" if d.get("rerun_point") else ""
+            self._print(f"[trial {d.get('trial_id')}] taken over from {_worker_name(d.get('from_worker'))} (its lease expired){rerun}")
+        elif kind == "lease_lost":
+            self._print(f"[trial {d.get('trial_id')}] lease lost{' by ' + _worker_name(d['worker']) if d.get('worker') else ''}: another worker took it over")
+        elif kind in ("worker_done", "worker_interrupted") and self.show_workers:
+            word = "finished" if kind == "worker_done" else f"interrupted ({d.get('signal')})"
+            self._print(f"worker {_worker_name(d.get('worker'))} {word}: {d.get('points_run', 0)} load points run")
         elif kind in ("study_done", "study_interrupted"):
             word = "done" if kind == "study_done" else f"interrupted ({d.get('signal')})"
             self._print(
@@ -318,6 +330,12 @@ class ProgressPrinter:
                 f"{d.get('trials_skipped', 0)} configs skipped, GPU time {d.get('gpu_seconds', 0) / 3600:.2f} h"
                 + (" (simulated)" if self.sim else "") + f", wall {d.get('wall_s', 0):.1f} s"
             )
+
+
+def _worker_name(worker_id: str | None) -> str:
+    """host pid from a worker id (host:pid:nonce)."""
+    host, _, rest = (worker_id or "?").partition(":")
+    return f"{host} pid {rest.split(':')[0]}" if rest else host
 
 
 def _study_arg(args, flag: str, value) -> str | None:
@@ -368,7 +386,7 @@ def _join(args, storage: str) -> int:
             raise BadInput(f"--join and {flag} do not mix", "a worker runs in its own terminal; export the study with knee results --export")
     spec, notices = build_spec_from_args(args)
     store = StudyStore(storage)
-    spec, created = join_study(store, spec, args.study)
+    spec, created = join_study(store, spec, args.study, allow_mixed_hardware=args.allow_mixed_hardware)
     name = args.study
     for n in notices if created else []:
         print(f"knee: {n}", file=sys.stderr)
@@ -392,6 +410,8 @@ def run(args) -> int:
         return _control(args, storage)
     if args.join:
         return _join(args, storage)
+    if args.allow_mixed_hardware:
+        raise BadInput("--allow-mixed-hardware goes with --join", "add --join --study NAME, or drop it")
     store = StudyStore(storage)
     notices: list[str] = []
     if args.resume:
