@@ -145,7 +145,6 @@ def run_vllm(vb, srv, streams: int, n: int, osl: int, tok_dir: Path, seed: int) 
     srv.reset()
     ref = vb.run(srv.url, tok_dir, concurrency=streams, num_prompts=n, input_len=16, output_len=osl,
                  model_name=MODEL, seed=seed, num_warmups=streams, extra=["--save-detailed"])
-    truth = srv.truth()
     sends, firsts, lasts, osls, stamps, keys = [], [], [], [], [], []
     for req, st, ttft, itl, olen, err in zip(ref["sent_requests"], ref["start_times"], ref["ttfts"], ref["itls"], ref["output_lens"], ref["errors"]):
         if err:

@@ -80,7 +80,6 @@ def hbm(torch, peak: dict, out: list) -> None:
     t = graph_time_s(lambda: torch.sum(src, dim=0, dtype=torch.float32, out=acc), torch)
     gbps = n * 2 / t / 1e9
     out.append({"what": "hbm_read", "gbps": gbps, "fraction": gbps / peak["bandwidth_gbps"]})
-    del src, dst
 
 
 def linear_sweep(torch, peak: dict, out: list, fp8: bool) -> None:
@@ -118,8 +117,6 @@ def linear_sweep(torch, peak: dict, out: list, fp8: bool) -> None:
         out.append({"what": f"linear_{'fp8' if fp8 else 'bf16'}", "m": m, "ms_per_step": t * 1e3,
                     "weight_gbps": gbps, "bw_fraction": gbps / peak["bandwidth_gbps"],
                     "tflops": tflops, "mfu": tflops / peak_tf})
-        del xs
-    del weights
     torch.cuda.empty_cache()
 
 
@@ -151,7 +148,6 @@ def shard_sweep(torch, peak: dict, out: list) -> None:
                 out.append({"what": "shard_bf16", "model": name, "tp": tp, "m": m, "layers": layers,
                             "us_per_layer": t / layers * 1e6, "weight_gbps": gbps,
                             "bw_fraction": gbps / peak["bandwidth_gbps"]})
-            del weights
             torch.cuda.empty_cache()
 
 
@@ -220,8 +216,6 @@ def decode_layers(torch, peak: dict, out: list) -> None:
                     "stream_ms_at_0.85": stream_us / 1e3,
                     "floor_us_per_layer": (t * 1e6 - stream_us) / LAYERS,
                     "bw_fraction": (weight_bytes + kv_bytes) / t / 1e9 / peak["bandwidth_gbps"]})
-        del caches
-    del layers
     torch.cuda.empty_cache()
 
 
@@ -253,7 +247,6 @@ def attention_decode(torch, peak: dict, out: list) -> None:
         gbps = kv_bytes / t / 1e9
         out.append({"what": "attn_decode", "batch": batch, "ctx": ctx, "us": t * 1e6, "gbps": gbps,
                     "bw_fraction": gbps / peak["bandwidth_gbps"]})
-        del q, k, v
 
 
 def summarize(rows: list) -> dict:

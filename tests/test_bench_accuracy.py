@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.published_rows import GOOD, row as _row
 
 ROOT = Path(__file__).resolve().parents[1]
-
-from support.published_rows import GOOD, row as _row
 
 ROWS = [
     _row("no-conc", concurrency=None),

@@ -1,6 +1,5 @@
 """The simulator's behaviour: the walkthrough trade-offs, load modes, memory, replicas."""
 
-import math
 
 import pytest
 
@@ -10,7 +9,6 @@ from core.simulate import InfeasibleConfig, SimResult, simulate
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.workload import LengthDist, Workload
 
-import numpy as np
 
 MODEL = "Qwen/Qwen3-4B"
 

@@ -76,7 +76,7 @@ def test_results_attach_and_the_tui_show_a_killed_runner_as_interrupted_and_it_r
     # knee attach: does not wait for a runner that will never write again.
     assert knee(["attach", "--study", name, "--workspace", ws]) == 130
     err = capsys.readouterr().err
-    assert "interrupted" in err and f"is gone" in err and resume in err
+    assert "interrupted" in err and "is gone" in err and resume in err
 
     # The TUI's sweep screen (its UI-free follower).
     from tui.data.sweep_state import SweepFollower
@@ -151,7 +151,7 @@ def _dead_pid() -> int:
 def test_the_heartbeat_stays_fresh_while_a_server_starts(tmp_path, monkeypatch):
     """A launch can take minutes (a large model loading) with no event emitted; a viewer on
     another host must not call the runner dead meanwhile."""
-    import core.sweep.runner as runner_mod
+    import core.sweep.control as runner_mod
 
     monkeypatch.setattr(runner_mod, "BEAT_S", 0.05)
     # A server that never becomes ready: the launch waits its whole start timeout.

@@ -6,7 +6,6 @@ import argparse
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -8,7 +8,6 @@ is the ``--json`` form. UI-free: nothing here prints.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from core.errors import BadInput
