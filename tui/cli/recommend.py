@@ -3,6 +3,8 @@ catalog in well under a second (core/recommend). Plain text or ``--json``."""
 
 from __future__ import annotations
 
+import sys
+
 from tui.cli.common import print_json
 
 
@@ -23,9 +25,21 @@ def register(sub) -> None:
     p.add_argument("--target-rps", type=float, help="size the instance count for this request rate")
     p.add_argument("--instances", default="all", help="all (default), a list (ml.g6.12xlarge,ml.g6e.xlarge) or globs (ml.g6*)")
     p.add_argument("--allow-quantization", action="store_true", help="also consider FP8 weights and FP8 KV cache where the GPU has FP8")
-    p.add_argument("--region", help="price region (bundled prices are us-east-1; others come from your catalog override)")
+    p.add_argument("--region", help="price region (bundled prices are us-east-1; others come from your catalog override); "
+                   "with --measure, where the endpoints are created (default us-east-1)")
     p.add_argument("--all-layouts", action="store_true", help="every layout, not only each instance's best")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    m = p.add_argument_group("measure the finalists on SageMaker (creates billed endpoints, after one confirmation)")
+    m.add_argument("--measure", type=int, metavar="N", help="deploy the top N rows side by side, benchmark each, delete them all")
+    m.add_argument("--role", help="SageMaker execution role ARN (needed with --measure)")
+    m.add_argument("--yes", action="store_true", help="skip the confirmation")
+    m.add_argument("--container", choices=["lmi", "vllm"], default="lmi", help="serving container (default lmi)")
+    m.add_argument("--measure-max-concurrency", type=int, default=256, help="highest concurrency the SLA search tries (default 256)")
+    m.add_argument("--measure-prompts", type=int, default=32, help="fewest requests per load point (default 32; 4 x concurrency up to 1000)")
+    m.add_argument("--poll-interval", type=float, default=15.0, help="seconds between SageMaker status polls (default 15)")
+    m.add_argument("--study", help="name of the study the measurement is stored as (default sagemaker-<time>)")
+    m.add_argument("--workspace", help="directory of the study store (default .knee)")
+    m.add_argument("--storage", help="study store path or SQLAlchemy URL (overrides --workspace)")
     p.set_defaults(func=run)
 
 
@@ -38,7 +52,9 @@ def run(args) -> int:
     model = args.model or (plan.model if plan else None)
     if not model:
         raise BadInput("knee recommend needs a model", "pass --model Qwen/Qwen3-4B or --plan FILE")
-    if args.region and args.region != "us-east-1":
+    if args.measure is not None:
+        opts = _measure_options(args)  # bad --measure/--role/--region: exit 2 before any work
+    if args.region and args.region != "us-east-1" and args.measure is None:
         raise BadInput(f"no bundled prices for {args.region}", "bundled prices are us-east-1; set yours in ~/.config/knee/catalog.toml and drop --region")
     req = RecommendRequest(
         model=model,
@@ -51,6 +67,8 @@ def run(args) -> int:
         allow_quantization=args.allow_quantization,
     )
     rec = recommend(req)
+    if args.measure is not None:
+        return _measure(args, req, rec, opts)
     if args.json:
         d = rec.as_dict()
         if not args.all_layouts:
@@ -75,3 +93,92 @@ def run(args) -> int:
             print(f"  {e.instance:<20} {e.reason}")
     print(f"\ncount: instances for the target rate, sized on the low edge of req/s ({rec.band_source}); $/h is for that count")
     return 0
+
+
+def _measure_options(args):
+    from core.errors import BadInput
+    from core.recommend.measure import MeasureOptions, check_options
+    from core.results import default_storage
+    from tui.cli.common import positive
+
+    positive(args.poll_interval, "--poll-interval")
+    if args.measure_prompts < 1:
+        raise BadInput(f"--measure-prompts must be at least 1, got {args.measure_prompts}")
+    opts = MeasureOptions(n=args.measure, role_arn=args.role, region=args.region or "us-east-1", container=args.container,
+                          poll_interval_s=args.poll_interval, max_concurrency=args.measure_max_concurrency,
+                          min_prompts=args.measure_prompts, storage=args.storage or default_storage(args.workspace),
+                          study=args.study)
+    check_options(opts, deploy_ops())
+    return opts
+
+
+def deploy_ops():
+    """core.deploy's functions for core.recommend.measure (the two packages are siblings in
+    the import contract, so the UI layer hands them over)."""
+    import core.deploy as d
+    from core.deploy.apply import check_region
+    from core.deploy.plan import valid_role
+    from core.recommend.measure import DeployOps
+
+    return DeployOps(build_plan=d.build_plan, DeploySource=d.DeploySource, DeployTarget=d.DeployTarget,
+                     ApplyOptions=d.ApplyOptions, apply_plan=d.apply_plan, delete_deployment=d.delete_deployment,
+                     describe_deployment=d.describe_deployment, make_clients=d.make_clients, check_region=check_region,
+                     valid_role=valid_role)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _say_err(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _measure(args, req, rec, opts) -> int:
+    """Plan, confirm once with the whole measurement's estimated cost, then measure."""
+    from core.recommend.measure import cost_estimate, interrupts_as_keyboard, measure, plan_finalists
+    from tui.cli.deploy import _confirm
+
+    rows = rec.ranked if args.all_layouts else rec.best_per_instance
+    ops = deploy_ops()
+    finals = plan_finalists(req.model, rows, opts, ops)
+    cost = cost_estimate(finals, opts)
+    say = _say_err if args.json else _say  # --json: stdout holds only the result
+    say(f"knee recommend --measure {opts.n}: deploying {len(finals)} endpoint(s) in {opts.region}, one instance each, "
+        "side by side; each is benchmarked, then deleted")
+    for f in finals:
+        c = f.cand
+        price = f"${c.usd_per_hour:.2f}/h" if c.usd_per_hour is not None else "no price"
+        say(f"  {f.plan.endpoint_name}: {c.instance} TP{c.tp} x {c.copies} ({price}, about "
+            f"{cost.minutes[f.plan.endpoint_name]:.0f} min)")
+    if opts.region != "us-east-1":
+        say("  prices are us-east-1's (the bundled ones)")
+    say(f"  {cost.text()}")
+    from core.errors import BadInput
+    from core.results import StudyStore
+
+    store = StudyStore(opts.storage)
+    if opts.study and store.study(opts.study) is not None:
+        raise BadInput(f"study {opts.study!r} already exists in {opts.storage}", "pass another --study")
+    _confirm("Create these endpoints and measure them?", args.yes)
+    with interrupts_as_keyboard(say) as protect:
+        res = measure(req, finals, opts, ops, store=store, say=say, protect=protect)
+    if args.json:
+        from tui.cli.common import print_json
+
+        print_json({"study": res.study, "measured_on": "sagemaker", "rows": [r.as_dict() for r in res.rows],
+                    "leftovers": res.leftovers})
+        return 1 if res.leftovers else 0
+    print(f"\nRanked again by MEASURED numbers (SageMaker, {opts.region}; goal {req.goal}); study {res.study}:")
+    head = f"{'#':>2}  {'instance':<20} {'layout':<9} {'req/s meas (pred)':<18} {'c@SLO':>5} {'count':>5} {'$/h':>9} {'$/1M out':>9}"
+    print(head)
+    print("-" * len(head))
+    for i, r in enumerate(res.rows, 1):
+        c = r.cand
+        cap = f"{r.request_rps:.2f} ({c.capacity_rps:.2f})" if r.request_rps is not None else f"- ({c.capacity_rps:.2f})"
+        cost_h = f"{r.usd_per_hour_total:.2f}" if r.usd_per_hour_total is not None else "-"
+        per_m = f"{r.usd_per_1m_output_tokens:.3f}" if r.usd_per_1m_output_tokens is not None else "-"
+        print(f"{i:>2}  {c.instance:<20} TP{c.tp}x{c.copies:<5} {cap:<18} {r.max_concurrency or '-':>5} "
+              f"{r.instances_needed or '-':>5} {cost_h:>9} {per_m:>9}  {r.note}")
+    print(f"\nknee results --study {res.study} --storage {opts.storage}   (Pareto; knee deploy --trial ID --study {res.study})")
+    return 1 if res.leftovers else 0
