@@ -23,11 +23,11 @@ from tui.widgets.pareto_plot import (
     SELECTED,
     ParetoLegend,
     default_palette,
-    draw,
     legend_items,
     wrap_items,
 )
 from tui.widgets.point_table import PointTable
+from support.pareto_ansi import draw
 from support.pilot import demo_storage, offline, wait_until  # noqa: F401 (fixtures)
 
 PALETTE = default_palette()

@@ -25,7 +25,7 @@ from tui.data.recommend import (
 from tui.demo import settle
 from tui.screens.estimate import EstimateScreen
 from tui.screens.recommend import RecommendScreen
-from tui.widgets.pareto_plot import parse_ansi
+from support.pareto_ansi import parse_ansi
 from tui.widgets.recommend_plot import draw, log_ticks_125
 from support.pilot import offline, wait_until  # noqa: F401 (fixtures)
 

@@ -65,9 +65,11 @@ def resolve(ref: SecretRef, secretsmanager_client=None) -> str:
         return value
     if secretsmanager_client is None:
         raise BadInput("a Secrets Manager reference needs AWS access to resolve")
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
         resp = secretsmanager_client.get_secret_value(SecretId=ref.name)
-    except Exception as e:  # botocore ClientError; its message names only the secret id
+    except (ClientError, BotoCoreError) as e:  # only the code is shown: the message may echo the request
         code = getattr(e, "response", {}).get("Error", {}).get("Code", type(e).__name__)
         raise BadInput(f"cannot read secret {ref.name!r} from Secrets Manager ({code})") from None
     value = resp.get("SecretString") or ""

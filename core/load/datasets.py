@@ -139,7 +139,9 @@ def load_tokenizer(model: str | None, *, allow_download: bool = False, trust_rem
         try:
             hf = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
             return Tokenizer(name=name, exact=True, _hf=hf)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, hub errors, ...
+            # Not silent: the fallback's note below names the error, and the user is told to
+            # pass --tokenizer.
             last = type(e).__name__
     where = "the local path" if Path(model).expanduser().is_dir() else "the Hugging Face cache" + (" or the hub" if allow_download else "")
     return word_tokenizer(

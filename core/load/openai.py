@@ -337,9 +337,14 @@ async def list_models(target: OpenAITarget) -> list[str] | None:
                 if r.status != 200:
                     return None
                 data = await r.json(content_type=None)
-                return [str(m.get("id")) for m in data.get("data", []) if isinstance(m, dict)]
-    except Exception:
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+        return None  # unreachable, or not JSON: the server does not answer it
+    if not isinstance(data, dict):
         return None
+    models = data.get("data", [])
+    if not isinstance(models, list):
+        return None
+    return [str(m.get("id")) for m in models if isinstance(m, dict)]
 
 
 async def preflight(target: OpenAITarget, timeout_s: float = 60.0) -> None:

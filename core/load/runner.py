@@ -57,143 +57,22 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import numpy as np
 
 from core.load.datasets import Prompt, Tokenizer
-from core.load.metrics import per_request_arrays, summarize
+from core.load.health import _diagnose, _Lag, _p99_ms
+from core.load.metrics import summarize
+# The result types live in core.load.result; callers have always imported them from here.
+from core.load.result import ClientHealth, LoadResult, Progress, Target  # noqa: F401 - re-exported
 from core.load.schedule import arrival_times
 from core.spec.records import RequestRecord
 from core.spec.serving import LoadPoint
 
 PROGRESS_INTERVAL_S = 0.25
-LAG_TICK_S = 0.005
-# Thresholds for "the client is the bottleneck": timestamps can be late by about the loop
-# lag, so a p99 lag above 1 ms already exceeds knee's timestamp-error budget.
-LAG_WARN_MS = 1.0
-SEND_LAG_WARN_MS = 5.0
-CPU_WARN = 0.90
-
-
-class Target(Protocol):
-    name: str
-    model: str
-
-    async def open(self, limit: int) -> None: ...
-
-    async def close(self) -> None: ...
-
-    async def send(self, prompt: Prompt, rec: RequestRecord, t0: float) -> str: ...
-
-
-@dataclass(slots=True)
-class Progress:
-    running: int
-    completed: int
-    failed: int
-    total: int | None  # expected measured requests (None: stop by duration)
-    elapsed_s: float
-    duration_s: float | None
-    output_tokens: int
-    output_tokens_per_s: float
-    warmup: bool = False
-
-
-@dataclass
-class ClientHealth:
-    loop_lag_p99_ms: float = 0.0
-    loop_lag_max_ms: float = 0.0
-    send_lag_p99_ms: float = 0.0  # open loop only: dispatch − schedule, before cap waits
-    send_lag_max_ms: float = 0.0
-    cpu_fraction: float = 0.0  # process CPU seconds / wall seconds (1.0 = one core busy)
-    warning: str | None = None
-    # "kernel": chunk stamps are the kernel's receive times, immune to client scheduling;
-    # "user": taken when the client read the bytes; "mixed": some of each (core.load.rawhttp)
-    timestamps: str = "user"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "loop_lag_p99_ms": self.loop_lag_p99_ms,
-            "loop_lag_max_ms": self.loop_lag_max_ms,
-            "send_lag_p99_ms": self.send_lag_p99_ms,
-            "send_lag_max_ms": self.send_lag_max_ms,
-            "cpu_fraction": self.cpu_fraction,
-            "warning": self.warning,
-            "timestamps": self.timestamps,
-        }
-
-
-@dataclass
-class LoadResult:
-    records: list[RequestRecord]
-    duration_s: float
-    summary: dict[str, float]
-    health: ClientHealth
-    load_point: LoadPoint
-    target: str = ""
-    model: str = ""
-    transport: str = ""
-    warmup_records: list[RequestRecord] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    t0: float = 0.0  # time.perf_counter() origin of every record time (CLOCK_MONOTONIC on Linux)
-    wall_t0: float = 0.0  # time.time() at the same moment, for export
-
-    def to_json(self, detailed: bool = True) -> dict[str, Any]:
-        """vllm bench serve-style result: summary keys at top level, then knee's extras."""
-        out: dict[str, Any] = {
-            "backend": self.target,
-            "model_id": self.model,
-            "transport": self.transport,
-            "request_rate": self.load_point.request_rate if self.load_point.request_rate is not None else "inf",
-            "max_concurrency": self.load_point.concurrency,
-            "burstiness": self.load_point.burstiness,
-            "num_prompts": len(self.records),
-            "num_warmups": len(self.warmup_records),
-        }
-        out.update(self.summary)
-        out["client_health"] = self.health.as_dict()
-        out["notes"] = list(self.notes)
-        if detailed:
-            out.update(per_request_arrays(self.records))
-        return out
-
-
-class _Lag:
-    """Event-loop lag: how late a 5 ms sleep wakes up."""
-
-    def __init__(self):
-        self.samples: list[float] = []
-        self._task: asyncio.Task | None = None
-
-    async def _run(self):
-        clock = time.perf_counter
-        while True:
-            t = clock()
-            await asyncio.sleep(LAG_TICK_S)
-            self.samples.append(clock() - t - LAG_TICK_S)
-
-    def start(self):
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self):
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-
-
-def _p99_ms(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return 0.0, 0.0
-    a = np.maximum(np.asarray(values), 0.0) * 1000.0
-    return float(np.percentile(a, 99)), float(a.max())
+log = logging.getLogger(__name__)
 
 
 async def run_load(
@@ -320,8 +199,11 @@ async def run_load(
                         output_tokens_per_s=toks / el if el > 0 else 0.0,
                     )
                 )
-            except Exception:
-                pass  # a broken progress callback must not end the run
+            except Exception:  # noqa: BLE001 - a broken progress callback must not end the run
+                # ... nor pass unseen: logged once (it would fail again every tick).
+                if not state.get("progress_failed"):
+                    state["progress_failed"] = 1
+                    log.exception("on_progress callback failed; the load continues without progress reports")
 
         lag.start()
         tick = asyncio.get_running_loop().create_task(ticker())
@@ -435,29 +317,6 @@ async def run_load(
     )
 
 
-def _diagnose(lag_p99: float, send_p99: float, cpu: float) -> str | None:
-    """Say who delayed the timestamps, if anyone did: the client itself (busy loop, CPU near a
-    full core) or other processes on the machine (lag while the client was mostly idle)."""
-    late = []
-    if lag_p99 > LAG_WARN_MS:
-        late.append(f"event-loop lag p99 {lag_p99:.1f} ms")
-    if send_p99 > SEND_LAG_WARN_MS:
-        late.append(f"sends {send_p99:.1f} ms behind schedule at p99")
-    if cpu > CPU_WARN:
-        return (
-            "client is the bottleneck: " + ", ".join(late + [f"client CPU {cpu:.0%} of a core"])
-            + " — timings may be late and throughput capped by the client; lower the load or add client processes"
-        )
-    if late and cpu > 0.5:
-        return "client is the bottleneck: " + ", ".join(late) + f" at {cpu:.0%} CPU — timings may be late; lower the load"
-    if late:
-        return (
-            "the machine is busy: " + ", ".join(late) + f" while the client used only {cpu:.0%} of a core"
-            " — other processes are delaying the client's timestamps"
-        )
-    return None
-
-
 def _count():
     i = 0
     while True:
@@ -496,4 +355,3 @@ def run_load_sync(*args, **kwargs) -> LoadResult:
         return loop.run_until_complete(run_load(*args, **kwargs))
     finally:
         loop.close()
-

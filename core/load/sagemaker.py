@@ -111,6 +111,18 @@ class _LMIParser:
         return "".join(self.texts)
 
 
+def stream_parser(fmt: str, rec: RequestRecord, t0: float, *, chat: bool,
+                  per_chunk_usage: bool = False) -> SSEParser | _LMIParser:
+    """The parser for one ``InvokeEndpointWithResponseStream`` body: ``fmt`` "lmi" for
+    token lines (LMI jsonlines, TGI's ``data:{"token": ...}`` events), anything else for an
+    OpenAI SSE stream. Both expose ``feed(t_abs, bytes) -> done``, ``text()`` and
+    ``finish(now)``. The one SageMaker stream parser: ``knee bench`` and the deploy smoke
+    test both read streams through it."""
+    if fmt == "lmi":
+        return _LMIParser(rec, t0)
+    return SSEParser(rec, t0, chat=chat, per_chunk_usage=per_chunk_usage)
+
+
 class SageMakerTarget:
     def __init__(
         self,
@@ -203,10 +215,7 @@ class SageMakerTarget:
     def _invoke(self, body: bytes, rec: RequestRecord, t0: float):
         """Runs on a worker thread: the whole streamed request."""
         clock = time.perf_counter
-        if self.fmt == "lmi":
-            parser = _LMIParser(rec, t0)
-        else:
-            parser = SSEParser(rec, t0, chat=self.api == "chat", per_chunk_usage=self.per_chunk_usage)
+        parser = stream_parser(self.fmt, rec, t0, chat=self.api == "chat", per_chunk_usage=self.per_chunk_usage)
         kw: dict[str, Any] = {"EndpointName": self.endpoint, "Body": body, "ContentType": "application/json"}
         if self.inference_component:
             kw["InferenceComponentName"] = self.inference_component

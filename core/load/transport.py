@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
-from typing import Protocol
 
 import aiohttp
+
+# The protocols and the error live in transport_api (shared with rawhttp without a cycle);
+# callers have always imported them from here.
+from core.load.transport_api import Stream, Transport, TransportError  # noqa: F401 - re-exported
 
 READ_BUFSIZE = 10 * 1024 * 1024
 TRANSPORTS = ("raw", "aiohttp", "httpx-aiohttp", "httpx")
@@ -43,33 +45,6 @@ TRANSPORTS = ("raw", "aiohttp", "httpx-aiohttp", "httpx")
 # API adds a per-chunk wrapper on top of aiohttp (never under 1 ms at p99 there), and httpx's
 # own transport collapses under concurrency (encode/httpx#3215); vllm bench serve 29,000.
 DEFAULT_TRANSPORT = "raw"
-
-
-class TransportError(Exception):
-    """Connection-level failure (refused, reset, timed out); the message is user-readable."""
-
-
-class Stream(Protocol):
-    status: int
-    content_type: str
-    headers_time: float | None  # perf_counter when the headers arrived, if the transport knows
-
-    async def pump(self, feed: Callable[[float, bytes], bool]) -> None:
-        """Call ``feed(arrival_perf_counter, data)`` for every piece of the body, in order,
-        until it returns True or the body ends."""
-        ...
-
-    async def read_all(self) -> bytes: ...
-
-
-class Transport(Protocol):
-    name: str
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def post_stream(self, url: str, body: bytes, headers: dict[str, str]) -> contextlib.AbstractAsyncContextManager[Stream]: ...
 
 
 def _session(limit: int, timeout_s: float | None) -> aiohttp.ClientSession:

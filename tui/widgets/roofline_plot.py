@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from tui.data.roofline import Roofline
-from tui.widgets.safe_plot import SafePlot, log_ticks
+from tui.data.ticks import log_ticks
+from tui.widgets.safe_plot import SafePlot
 
 
 class RooflinePlot(SafePlot):
