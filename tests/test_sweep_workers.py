@@ -92,6 +92,12 @@ def three_workers_one_killed_and_a_pause(db: Path | str, procs: list) -> None:
     pids = {p.pid for p in procs}
     store = open_store(db)
 
+    def started() -> dict[str, int]:
+        return {e.data["worker"]: int(e.data["worker"].split(":")[1]) for e in store.events(name, kinds=["study_started"])}
+
+    # Every worker in before anything is judged: on a loaded box one can start seconds late.
+    wait_for(lambda: set(started().values()) >= pids, timeout=120, what="all three workers to start")
+
     # SIGKILL one worker mid-configuration. It is stopped first and the store read again, so
     # what it held and had in flight is known for certain; a stop that came too late (the
     # point just stored) lets it go on and the next chance is taken.
@@ -123,7 +129,7 @@ def three_workers_one_killed_and_a_pause(db: Path | str, procs: list) -> None:
     before_pause = store.last_event_seq(name)
     r = knee("sweep", "--pause", "--study", name, "--storage", str(db))
     assert r.returncode == 0, r.stderr
-    workers = {e.data["worker"]: int(e.data["worker"].split(":")[1]) for e in store.events(name, kinds=["study_started"])}
+    workers = started()
     live_ids = {w for w, pid in workers.items() if pid in {p.pid for p in live}}
     assert len(live_ids) == 2
 

@@ -99,7 +99,7 @@ def create_study(store, spec: SweepSpec, name: str | None = None) -> str:
 def start_detached(storage: str, study: str, workspace: str | None = None, log_path: str | os.PathLike | None = None) -> int:
     """Start the runner as its own process (own session: a closed terminal or TUI does not
     stop it). Returns its pid; follow it with ``StudyStore.follow(study)``."""
-    from core.sweep.runner import STORAGE_ENV
+    from core.sweep.coordinator import STORAGE_ENV
 
     # The URL may hold a database password: it goes in the environment, not in argv (ps).
     argv = [sys.executable, "-m", "core.sweep.runner", "--study", study]

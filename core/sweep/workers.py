@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import sys
 import threading
 import time
@@ -26,12 +25,14 @@ from typing import Any
 
 from core.errors import BadInput
 from core.results.store import LeaseLost, StudyStore
-from core.serve import localhttp
 from core.serve import process as proc_mod
 from core.spec.study import SweepSpec
 from core.sweep import lease
-from core.sweep.runner import CONTROL_POLL_S, BEAT_S, Runner, RunSummary, _Interrupted, _summary_dict
+from core.sweep.run import Runner
+from core.sweep.control import BEAT_S, CONTROL_POLL_S, _Interrupted
 from core.sweep.strategies import make_strategy
+from core.sweep.summary import RunSummary
+from core.sweep.summary import summary_dict as _summary_dict
 
 # Engine settings that belong to the box, not the study: they may differ between workers.
 LOCAL_ENGINE_FIELDS = ("gpus", "python", "executable", "container", "env", "port")
@@ -162,51 +163,6 @@ def join_study(store: StudyStore, spec: SweepSpec, name: str, allow_mixed_hardwa
     if not info.get("join") or "hardware" not in info or (differs and not info.get("mixed_hardware")):
         store.set_study(name, info={**info, "join": True, "hardware": study_hw, **({"mixed_hardware": True} if differs else {})})
     return local_spec(stored, spec), False
-
-
-def _knee_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("knee")
-    except Exception:
-        return "unknown"
-
-
-def trial_host(runner: Runner, trial, server) -> dict[str, Any]:
-    """Host, GPU type and count, engine and version of a launch, where known."""
-    spec = runner.spec
-    out: dict[str, Any] = {"host": socket.gethostname(), "engine": spec.engine.kind, "simulated": spec.engine.kind == "sim"}
-    if spec.engine.kind == "sim":
-        hw = getattr(runner.measurer, "hardware", None)
-        out.update(gpu_type=hw.gpu.name if hw else spec.gpu, gpu_count=trial.config.num_gpus, engine_version=f"knee-sim {_knee_version()}")
-        return out
-    gpus = runner._trial_gpus
-    if gpus:
-        out["gpu_count"] = len(gpus)
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            try:
-                name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(gpus[0]))
-                out["gpu_type"] = name.decode() if isinstance(name, bytes) else str(name)
-                drv = pynvml.nvmlSystemGetDriverVersion()
-                out["engine_version"] = f"driver {drv.decode() if isinstance(drv, bytes) else drv}"
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    if server is not None and getattr(server, "base_url", None):
-        try:  # vLLM and SGLang answer GET /version (localhttp: core must not import httpx)
-            headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
-            status, body = localhttp.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout_s=2.0)
-            v = json.loads(body).get("version") if status == 200 else None
-            if v:
-                out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
-        except Exception:
-            pass
-    return out
 
 
 def _stderr_notice(msg: str) -> None:

@@ -18,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.results.follow import StudyFollower
 from core.results.store import StudyStore
 from core.spec.study import PointRow, TrialRow
 
@@ -164,10 +165,12 @@ class SweepFollower:
         self._stale = True  # the stored rows hold more than the events told
         self._last_full = -1e9
         self._reading: Future | None = None
-        self._study_row: dict[str, Any] = {}
         self._requested = "run"
         self._paused = False
-        self._row_at = -1e9
+        # The study's events and its row (status, runner liveness): the row twice a second,
+        # not every tick: each store call hands the GIL back and forth with the UI thread,
+        # and a poll with fewer calls keeps its cadence under load.
+        self._follow = StudyFollower(store, study, row_every_s=ROW_EVERY_S)
         self._pool: ThreadPoolExecutor | None = None
         self._snapshot: SweepSnapshot | None = None
 
@@ -177,25 +180,12 @@ class SweepFollower:
 
     def poll(self) -> SweepSnapshot | None:
         """A new snapshot when something changed since the last call, else None."""
-        from core.results.store import runner_gone, study_status
-        from core.sweep import runner_alive
-
-        # The study row (status, runner liveness) is read twice a second, not every tick:
-        # each store call hands the GIL back and forth with the UI thread, and a poll with
-        # fewer calls keeps its cadence under load. Row first, then events, so a "done"
-        # status comes with every event the runner wrote before it.
         now = time.monotonic()
-        row_due = self._snapshot is None or now - self._row_at >= ROW_EVERY_S
-        if row_due:
-            self._read_row(now)
-        events = self.store.events(self.study, after=self._seq)
-        if not row_due and any(e.kind in ("study_started", "study_done", "study_interrupted", "paused", "continued") for e in events):
-            self._read_row(now)
-        study = self._study_row
-        alive = runner_alive(study) if study else False
+        events = self._follow.poll()
+        state = self._follow.state
         # A runner killed with SIGKILL leaves "running" in the store: shown as interrupted.
-        status = study_status(study) if study else "unknown"
-        note = (runner_gone(study) or "") if study.get("status") == "running" and not alive else ""
+        study, alive, status, note = state.row, state.alive, state.status, state.note
+        self._requested = state.requested
         for e in events:
             self._seq = e.seq
             self._apply(e.kind, e.data)
@@ -240,10 +230,6 @@ class SweepFollower:
             note=note,
         )
         return self._snapshot
-
-    def _read_row(self, now: float) -> None:
-        self._study_row, self._row_at = self.store.study(self.study) or {}, now
-        self._requested = self.store.requested_state(self.study) if self._study_row else "run"
 
     def _read_stored(self) -> tuple[list[RowView], list[TrialRow], dict[int, int]]:
         trials = self.store.trials(self.study)

@@ -1,0 +1,58 @@
+"""Where a launch of a configuration runs: host, GPU type and count, engine and its version.
+
+Used by every runner (``Runner._record_host``), single or joined; in its own module so that
+the runner does not import the joined worker (core/sweep/workers.py), which subclasses it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+from core.serve import localhttp
+
+
+def _knee_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("knee")
+    except Exception:
+        return "unknown"
+
+
+def trial_host(runner: Any, trial, server) -> dict[str, Any]:
+    """Host, GPU type and count, engine and version of a launch, where known."""
+    spec = runner.spec
+    out: dict[str, Any] = {"host": socket.gethostname(), "engine": spec.engine.kind, "simulated": spec.engine.kind == "sim"}
+    if spec.engine.kind == "sim":
+        hw = getattr(runner.measurer, "hardware", None)
+        out.update(gpu_type=hw.gpu.name if hw else spec.gpu, gpu_count=trial.config.num_gpus, engine_version=f"knee-sim {_knee_version()}")
+        return out
+    gpus = runner._trial_gpus
+    if gpus:
+        out["gpu_count"] = len(gpus)
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(gpus[0]))
+                out["gpu_type"] = name.decode() if isinstance(name, bytes) else str(name)
+                drv = pynvml.nvmlSystemGetDriverVersion()
+                out["engine_version"] = f"driver {drv.decode() if isinstance(drv, bytes) else drv}"
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    if server is not None and getattr(server, "base_url", None):
+        try:  # vLLM and SGLang answer GET /version (localhttp: core must not import httpx)
+            headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
+            status, body = localhttp.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout_s=2.0)
+            v = json.loads(body).get("version") if status == 200 else None
+            if v:
+                out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
+        except Exception:
+            pass
+    return out
