@@ -41,6 +41,15 @@ CARDS = {
     "01-ai/Yi-1.5-34B": 34.4,
     "google/gemma-2-9b": 9.24,  # ties its embeddings though its config.json omits the key
     "microsoft/Phi-3-mini-4k-instruct": 3.8,
+    # Added for issue 11. Where the config's source also counts the checkpoint's tensors, that
+    # count is used (Qwen2-7B-Instruct, Qwen2.5-3B-Instruct, QwQ-32B); else the card's size.
+    "Qwen/Qwen2-7B-Instruct": 7.62,
+    "Qwen/Qwen2.5-7B-Instruct": 7.61,
+    "Qwen/Qwen2.5-3B-Instruct": 3.09,
+    "Qwen/QwQ-32B": 32.76,
+    "meta-llama/Llama-3.1-70B-Instruct": 70.6,
+    "zai-org/GLM-5": 744.0,
+    "zai-org/GLM-5.1": 744.0,
 }
 
 
@@ -49,3 +58,17 @@ def test_bundled_config_matches_the_published_size(model, billions, monkeypatch)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     arch = load_model(model)
     assert arch.params_total / 1e9 == pytest.approx(billions, rel=0.02)
+
+
+def test_every_bundled_config_loads_offline(monkeypatch):
+    """Every bundled file (those without a card size above included) parses into an
+    architecture with attention heads, so a bad copy fails here rather than in a user's run."""
+    from core.catalog.models import bundled_models
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    names = bundled_models()
+    assert len(names) >= 60  # issue 11
+    for name in names:
+        arch = load_model(name)
+        assert arch.params_total > 1e8, name
+        assert arch.num_kv_heads >= 1 and arch.head_dim >= 1, name

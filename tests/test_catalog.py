@@ -73,3 +73,67 @@ def test_broken_override_is_bad_input(tmp_path, monkeypatch):
     hw_mod._load.cache_clear()
     with pytest.raises(BadInput, match="not valid TOML"):
         gpus()
+
+
+def test_bundled_prices_cover_every_g_size_and_say_where_they_come_from():
+    """Issue 13: every g5/g6/g6e size is priced, dated and sourced; the P types with no found
+    hosting price stay unpriced rather than guessed."""
+    table = instances()
+    for inst in table.values():
+        if inst.name.startswith(("ml.g5.", "ml.g6.", "ml.g6e.")):
+            assert inst.price_per_hour and inst.price_date, inst.name
+    assert table["ml.g6e.8xlarge"].price_per_hour == pytest.approx(5.6607)
+    assert "63289214416" in table["ml.g6e.8xlarge"].price_source
+    assert table["ml.p5e.48xlarge"].price_per_hour is None
+
+
+def test_second_region_prices_only_what_it_has(monkeypatch):
+    monkeypatch.delenv("KNEE_CATALOG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")
+    hw_mod._load.cache_clear()
+    assert hw_mod.instances_in(None) == instances()
+    west = hw_mod.instances_in("us-west-2")
+    g = west["ml.g6e.12xlarge"]
+    assert g.price_per_hour == pytest.approx(13.1158) and g.price_region == "us-west-2"
+    assert "BatchTransform" in g.price_source and "price_per_hour" in g.uncertain
+    assert g.num_gpus == 4 and g.notes == "PCIe, no NVLink"  # only the price fields change
+    # No us-west-2 price for P5: unpriced, never the us-east-1 one.
+    assert west["ml.p5.48xlarge"].price_per_hour is None
+    assert west["ml.p5.48xlarge"].price_source == "no us-west-2 price in the catalog"
+    assert sum(1 for i in west.values() if i.price_per_hour) == 22
+    assert hw_mod.instances_in("us-east-2")["ml.p5en.48xlarge"].price_per_hour == pytest.approx(72.795)
+    assert hw_mod.regions()[0] == "us-east-1" and "us-west-2" in hw_mod.regions()
+
+
+def test_user_region_prices_add_to_the_bundled_ones(tmp_path, monkeypatch):
+    override = tmp_path / "catalog.toml"
+    override.write_text(
+        '[instances."ml.g6e.12xlarge".regions.eu-west-1]\nprice_per_hour = 14.5\nprice_date = "2026-11-20"\n'
+        'price_source = "my AWS bill"\n'
+    )
+    monkeypatch.setenv("KNEE_CATALOG", str(override))
+    hw_mod._load.cache_clear()
+    assert hw_mod.instances_in("eu-west-1")["ml.g6e.12xlarge"].price_per_hour == 14.5
+    assert hw_mod.instances_in("us-west-2")["ml.g6e.12xlarge"].price_per_hour == pytest.approx(13.1158)
+    assert get_instance("ml.g6e.12xlarge").price_per_hour == pytest.approx(13.12)
+
+
+def test_region_table_with_a_non_price_field_is_bad_input(tmp_path, monkeypatch):
+    bad = tmp_path / "catalog.toml"
+    bad.write_text('[instances."ml.g6e.12xlarge".regions.eu-west-1]\nnum_gpus = 2\n')
+    monkeypatch.setenv("KNEE_CATALOG", str(bad))
+    hw_mod._load.cache_clear()
+    with pytest.raises(BadInput, match="regions.eu-west-1 may hold only"):
+        instances()
+
+
+def test_user_region_price_is_labelled_and_checked(tmp_path, monkeypatch):
+    override = tmp_path / "catalog.toml"
+    override.write_text('[instances."ml.g6.12xlarge".regions.eu-west-1]\nprice_per_hour = 6.1\n')
+    monkeypatch.setenv("KNEE_CATALOG", str(override))
+    hw_mod._load.cache_clear()
+    assert hw_mod.instances_in("eu-west-1")["ml.g6.12xlarge"].price_source == "user override"
+    override.write_text('[instances."ml.g6.12xlarge".regions.eu-west-1]\nprice_per_hour = "cheap"\n')
+    hw_mod._load.cache_clear()
+    with pytest.raises(BadInput, match=r"ml.g6.12xlarge.regions.eu-west-1.price_per_hour"):
+        hw_mod.instances_in("eu-west-1")

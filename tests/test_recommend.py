@@ -69,9 +69,11 @@ def test_a_70b_model_in_bf16_excludes_every_single_gpu_instance_with_the_reason(
 
 def test_text_output_ranks_and_lists_exclusions(capsys):
     capsys.readouterr()
-    assert main(["recommend", *WALKTHROUGH, "--instances", "ml.g6*"]) == 0
+    # Llama-3.1-70B in bf16: the g6 sizes whose GPUs cannot hold it are listed as excluded.
+    assert main(["recommend", "--model", "meta-llama/Llama-3.1-70B", "--constraints", "e2e_latency:p99<60s",
+                 "--target-rps", "5", "--instances", "ml.g6*"]) == 0
     out = capsys.readouterr().out
-    assert "ml.g6.12xlarge" in out and "Excluded" in out and "low edge" in out
+    assert "ml.g6.12xlarge" in out and "Excluded" in out and "does not fit" in out and "low edge" in out
 
 
 @pytest.mark.parametrize("args,msg", [

@@ -3,6 +3,10 @@
 Overrides live in ``$KNEE_CATALOG`` or ``~/.config/knee/catalog.toml`` with the same
 ``[gpus.NAME]`` and ``[instances."ml.x"]`` tables; an entry there replaces the bundled fields
 it names and may add new GPUs or instances.
+
+An instance's own price is for its ``price_region`` (us-east-1 unless it says otherwise); prices
+for other regions sit in ``[instances."ml.x".regions.<region>]`` tables with the same price
+fields, and :func:`instances_in` picks them.
 """
 
 from __future__ import annotations
@@ -29,10 +33,18 @@ def _user_catalog_path() -> Path | None:
     return p if p.exists() else None
 
 
+_PRICE_FIELDS = ("price_per_hour", "price_date", "price_source", "uncertain", "notes")
+
+
 def _merge(base: dict, override: dict) -> dict:
     out = {k: dict(v) for k, v in base.items()}
     for name, fields in override.items():
+        # A user's [instances."ml.x".regions.R] adds to the bundled regions instead of erasing them.
+        mine = {r: {"price_source": "user override", **f} for r, f in fields.get("regions", {}).items() if isinstance(f, dict)}
+        regions = {**out.get(name, {}).get("regions", {}), **fields.get("regions", {}), **mine}
         out.setdefault(name, {}).update(fields)
+        if regions:
+            out[name]["regions"] = regions
         if "price_per_hour" in fields and "price_source" not in fields:
             out[name]["price_source"] = "user override"
             out[name]["uncertain"] = [u for u in out[name].get("uncertain", []) if u != "price_per_hour"]
@@ -40,7 +52,7 @@ def _merge(base: dict, override: dict) -> dict:
 
 
 @lru_cache(maxsize=4)
-def _load(user_path: str | None) -> tuple[dict[str, GPU], dict[str, Instance]]:
+def _load(user_path: str | None) -> tuple[dict[str, GPU], dict[str, Instance], dict[str, dict[str, dict]]]:
     data = resources.files("core.catalog").joinpath("data")
     gpus_raw = tomllib.loads(data.joinpath("gpus.toml").read_text())["gpus"]
     inst_raw = tomllib.loads(data.joinpath("instances.toml").read_text())["instances"]
@@ -48,6 +60,16 @@ def _load(user_path: str | None) -> tuple[dict[str, GPU], dict[str, Instance]]:
         user = read_toml(user_path, "catalog override", "fix it or unset KNEE_CATALOG")
         gpus_raw = _merge(gpus_raw, user.get("gpus", {}))
         inst_raw = _merge(inst_raw, user.get("instances", {}))
+    # Regional prices stay beside the Instance (its model has no field for them) until asked for.
+    regional = {n: f.pop("regions", {}) for n, f in inst_raw.items()}
+    for n, regions in regional.items():
+        for region, fields in regions.items():
+            unknown = set(fields) - set(_PRICE_FIELDS) if isinstance(fields, dict) else set()
+            if not isinstance(fields, dict) or unknown:
+                raise BadInput(
+                    f"catalog entry {n}.regions.{region} may hold only {', '.join(_PRICE_FIELDS)}",
+                    f"remove {', '.join(sorted(unknown)) or 'it'}",
+                )
     try:
         gpus = {n: GPU(name=n, **f) for n, f in gpus_raw.items()}
         insts = {n: Instance(name=n, **f) for n, f in inst_raw.items()}
@@ -57,12 +79,55 @@ def _load(user_path: str | None) -> tuple[dict[str, GPU], dict[str, Instance]]:
     for inst in insts.values():
         if inst.gpu not in gpus:
             raise BadInput(f"instance {inst.name} names unknown GPU {inst.gpu!r}", "add it under [gpus]")
-    return gpus, insts
+    return gpus, insts, regional
+
+
+def _loaded():
+    p = _user_catalog_path()
+    return _load(str(p) if p else None)
 
 
 def catalog() -> tuple[dict[str, GPU], dict[str, Instance]]:
-    p = _user_catalog_path()
-    return _load(str(p) if p else None)
+    return _loaded()[:2]
+
+
+def instances_in(region: str | None) -> dict[str, Instance]:
+    """The instances priced for ``region`` (None: as bundled). An instance without a price for
+    that region is left unpriced rather than given another region's price, since regions differ
+    and a wrong price silently reorders a cost ranking."""
+    _, insts, regional = _loaded()
+    if region is None:
+        return insts
+    out = {}
+    for name, inst in insts.items():
+        fields = regional.get(name, {}).get(region)
+        if fields is not None:
+            base = {**inst.model_dump(), "price_date": None, "price_source": "bundled default", "uncertain": []}
+            try:
+                out[name] = Instance(**{**base, **fields, "price_region": region})
+            except ValidationError as e:
+                err = e.errors()[0]
+                raise BadInput(f"catalog entry {name}.regions.{region}.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        elif inst.price_region == region:
+            out[name] = inst
+        else:
+            out[name] = inst.model_copy(
+                update={
+                    "price_per_hour": None,
+                    "price_date": None,
+                    "price_region": region,
+                    "price_source": f"no {region} price in the catalog",
+                }
+            )
+    return out
+
+
+def regions() -> list[str]:
+    """Every region the catalog has a price for, bundled default first."""
+    _, insts, regional = _loaded()
+    found = {i.price_region for i in insts.values() if i.price_per_hour is not None}
+    found |= {r for rs in regional.values() for r in rs}
+    return sorted(found, key=lambda r: (r != "us-east-1", r))
 
 
 def gpus() -> dict[str, GPU]:
