@@ -79,10 +79,21 @@ def test_text_output_ranks_and_lists_exclusions(capsys):
 @pytest.mark.parametrize("args,msg", [
     (["--instances", "ml.nope*"], "no instance type matches"),
     (["--target-rps", "-1"], "--target-rps must be positive"),
-    (["--region", "eu-west-1"], "no bundled prices for eu-west-1"),
+    (["--region", "eu-west-1"], "no prices for region 'eu-west-1'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, args, msg):
     capsys.readouterr()
     assert main(["recommend", "--model", "Qwen/Qwen3-4B", *args]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_second_region_ranks_on_its_own_prices(capsys):
+    """us-west-2 prices come from its own table; an instance without one there is excluded
+    with the region named, never priced with us-east-1's."""
+    capsys.readouterr()
+    assert main(["recommend", *WALKTHROUGH, "--region", "us-west-2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["rows"] and all(r["price_note"].startswith("us-west-2") for r in d["rows"] if r.get("price_note"))
+    unpriced = {e["instance"]: e["excluded"] for e in d["excluded"] if "price unknown" in e["excluded"]}
+    assert unpriced and all("in us-west-2" in why for why in unpriced.values())

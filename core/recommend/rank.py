@@ -31,6 +31,7 @@ class RecommendRequest:
     instances: str = "all"  # all | comma list | glob such as ml.g6*
     allow_quantization: bool = False
     engine: str = "vllm"
+    region: str | None = None  # prices of this region (None: the bundled us-east-1 ones)
 
 
 @dataclass(frozen=True)
@@ -157,11 +158,17 @@ def recommend(req: RecommendRequest) -> Recommendation:
     if req.target_rps is not None and req.target_rps <= 0:
         raise BadInput(f"--target-rps must be positive, got {req.target_rps:g}")
     names = select_instances(req.instances)
+    from core.catalog.hardware import instances_in, regions
+
+    if req.region is not None and req.region not in regions():
+        raise BadInput(f"no prices for region {req.region!r} in the catalog",
+                       f"use one of {', '.join(regions())}, or add [instances.\"ml.x\".regions.{req.region}] prices to ~/.config/knee/catalog.toml")
+    regional = instances_in(req.region) if req.region is not None else None
     rec = Recommendation(req, band_source=source())
     archs: dict[str | None, object] = {}
     for name in names:
         hw = resolve_hardware(instance=name)
-        inst = hw.instance
+        inst = regional[name] if regional is not None else hw.instance  # the region's price, or none
         reasons: list[str] = []
         found = False
         for precision, kv in _precisions(None, hw.gpu, req.allow_quantization):
@@ -186,7 +193,8 @@ def recommend(req: RecommendRequest) -> Recommendation:
     if req.goal == "cost":
         for c in [c for c in rec.ranked if c.usd_per_hour is None]:
             if all(x.instance != c.instance for x in priced) and all(e.instance != c.instance for e in rec.excluded):
-                rec.excluded.append(Excluded(c.instance, f"price unknown (capacity {c.capacity_rps:.2f} req/s): set price_per_hour in ~/.config/knee/catalog.toml"))
+                where = f" in {req.region}" if req.region else ""
+                rec.excluded.append(Excluded(c.instance, f"price unknown{where} (capacity {c.capacity_rps:.2f} req/s): set price_per_hour in ~/.config/knee/catalog.toml"))
         rec.ranked = priced
     rec.ranked.sort(key=_rank_key(req))
     rec.excluded.sort(key=lambda e: e.instance)

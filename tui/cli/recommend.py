@@ -25,8 +25,9 @@ def register(sub) -> None:
     p.add_argument("--target-rps", type=float, help="size the instance count for this request rate")
     p.add_argument("--instances", default="all", help="all (default), a list (ml.g6.12xlarge,ml.g6e.xlarge) or globs (ml.g6*)")
     p.add_argument("--allow-quantization", action="store_true", help="also consider FP8 weights and FP8 KV cache where the GPU has FP8")
-    p.add_argument("--region", help="price region (bundled prices are us-east-1; others come from your catalog override); "
-                   "with --measure, where the endpoints are created (default us-east-1)")
+    p.add_argument("--region", help="price region: us-east-1 (default) and us-west-2 are bundled, others from your catalog "
+                   "override; an instance without a price there is excluded, never given another region's; "
+                   "with --measure, also where the endpoints are created")
     p.add_argument("--all-layouts", action="store_true", help="every layout, not only each instance's best")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     m = p.add_argument_group("measure the finalists on SageMaker (creates billed endpoints, after one confirmation)")
@@ -54,8 +55,6 @@ def run(args) -> int:
         raise BadInput("knee recommend needs a model", "pass --model Qwen/Qwen3-4B or --plan FILE")
     if args.measure is not None:
         opts = _measure_options(args)  # bad --measure/--role/--region: exit 2 before any work
-    if args.region and args.region != "us-east-1" and args.measure is None:
-        raise BadInput(f"no bundled prices for {args.region}", "bundled prices are us-east-1; set yours in ~/.config/knee/catalog.toml and drop --region")
     req = RecommendRequest(
         model=model,
         input_len=args.input_len or (plan.input_len if plan else 1024),
@@ -65,6 +64,7 @@ def run(args) -> int:
         target_rps=args.target_rps,
         instances=args.instances,
         allow_quantization=args.allow_quantization,
+        region=args.region,
     )
     rec = recommend(req)
     if args.measure is not None:
