@@ -69,10 +69,10 @@ def main() -> None:
         Path(a.save).write_text("".join(p.model_dump_json() + "\n" for p in points))
 
     from core.catalog import load_model
-    from core.sweep.predict import Predictor
+    from core.sweep.predict import SurrogatePredictor
 
     hardware, _ = calib.machine_of(spec)
-    base = Predictor(load_model(spec.model), hardware)
+    base = SurrogatePredictor(load_model(spec.model), hardware)
     cal = calib.for_study(spec, base=base.predict)
 
     def workload_of(p):

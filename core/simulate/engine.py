@@ -20,14 +20,7 @@ order:
    statistics of the batch; the clock advances; every decode and every prefill that just
    completed its prompt emits one token at the end of the step.
 
-**The V0 scheduler** (vLLM before 0.8, chunked prefill off; ``v0=True``) differs in the
-ways that matter for latency: it is *prefill-first* (whenever waiting prompts fit, a step
-prefills them whole, and the running decodes wait that step), admits a prompt only when
-the blocks for all of it fit above a 1% watermark, and with multi-step scheduling
-(``--num-scheduler-steps k``, vLLM 0.6) runs k decode steps per scheduling decision, so a
-new request waits for the group to end. Under KV pressure this is why old vLLM kept TTFT
-low and let decode throughput collapse (arrivals are prefilled, then running requests are
-preempted), where V1 keeps the running batch and makes arrivals wait.
+**The V0 scheduler** (vLLM before 0.8) is :class:`core.simulate.scheduler_v0.V0Replica`.
 
 **Why it is fast.** Nothing loops over the running batch per step. Decoding sequences are
 kept as aggregates: their count, Σ KV length (grows by the count each step), and a
@@ -49,85 +42,16 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-BLOCK = 16  # tokens per KV block (vLLM's default block size)
+# Callers take the request table and its states from here too.
+from core.simulate.requests import BLOCK, DECODE, DONE, FAILED, PENDING, PREFILL, WAITING, Requests
 
-# Server args the simulation honours beyond the ServerConfig knobs (tp, dp, batched tokens,
-# max seqs, max model len, memory utilization, quantization, KV dtype, prefix caching):
-# ``core.simulate.sim.scheduler_generation`` reads these from ``extra_args``.
-MODELLED_EXTRA_ARGS = frozenset({"enable_chunked_prefill", "num_scheduler_steps"})
-# Server args that do not change what a load point measures (logging, names, trust, paths),
-# so the simulator ignoring them needs no warning.
-NO_SPEED_EFFECT_ARGS = frozenset({
-    "disable_log_stats", "disable_log_requests", "enable_log_requests", "trust_remote_code", "seed",
-    "served_model_name", "download_dir", "tokenizer", "tokenizer_mode", "revision", "code_revision",
-    "tokenizer_revision", "uvicorn_log_level", "disable_uvicorn_access_log", "api_key", "hf_token",
-    "load_format", "disable_fastapi_docs", "enable_force_include_usage", "log_level",
-})
-
-
-def unmodelled_args(names, modelled_knobs) -> list[str]:
-    """The server args the simulator cannot honour: not one of ``modelled_knobs`` (the names
-    that map onto ServerConfig), not read by the scheduler, and able to change the numbers.
-    A simulated point ignores them; a real engine would not."""
-    skip = set(modelled_knobs) | MODELLED_EXTRA_ARGS | NO_SPEED_EFFECT_ARGS
-    return [n for n in dict.fromkeys(names) if n not in skip]
-
-# Request states.
-PENDING, WAITING, PREFILL, DECODE, DONE, FAILED = range(6)
-
-
-class Requests:
-    """Per-request state for one simulation, as parallel lists indexed by request id.
-
-    Lists of plain ints beat objects with attributes in CPython's hot loops, and every
-    replica shares them (a request lives on one replica, chosen when it arrives).
-    """
-
-    __slots__ = (
-        "P", "O", "gen", "kv", "s0", "state", "shared", "admit", "prefix",
-        "segs", "end", "error", "replica", "tfirst",
-    )
-
-    def __init__(self, prompt_lens, output_lens, prefix_lens):
-        n = len(prompt_lens)
-        self.P = list(prompt_lens)  # prompt tokens
-        self.O = list(output_lens)  # output tokens to generate
-        self.prefix = list(prefix_lens)  # tokens shared with every other prompt
-        self.gen = [0] * n  # tokens generated (for decoders: when they started decoding)
-        self.kv = [0] * n  # tokens in KV (for decoders: before their first decode step)
-        self.s0 = [0] * n  # step of the first decode (decoders)
-        self.state = [PENDING] * n
-        self.shared = [0] * n  # blocks this request shares with the prefix cache (never freed by it)
-        self.admit = [0] * n  # admission sequence number (preemption picks the latest)
-        # Streamed runs: (time of the token that completed a prefill, first decode step,
-        # decode tokens); a request preempted and recomputed has several.
-        self.segs: list[list[tuple[float, int, int]]] = [[] for _ in range(n)]
-        self.tfirst = [0.0] * n  # when the current run's prefill completed
-        self.end = [0.0] * n  # engine time of the last token
-        self.error: list[str | None] = [None] * n
-        self.replica = [-1] * n
-
-    def add(self, prompt_len: int, output_len: int, prefix_len: int = 0) -> int:
-        """Append one request (the live server's requests arrive one at a time)."""
-        self.P.append(prompt_len)
-        self.O.append(output_len)
-        self.prefix.append(prefix_len)
-        self.gen.append(0)
-        self.kv.append(0)
-        self.s0.append(0)
-        self.state.append(PENDING)
-        self.shared.append(0)
-        self.admit.append(0)
-        self.end.append(0.0)
-        self.error.append(None)
-        self.replica.append(-1)
-        self.tfirst.append(0.0)
-        self.segs.append([])
-        return len(self.P) - 1
+__all__ = ["BLOCK", "DECODE", "DONE", "FAILED", "PENDING", "PREFILL", "WAITING", "Replica", "Requests"]
 
 
 class Replica:
-    """One engine: KV block pool, queues and the step loop."""
+    """One engine: KV block pool, queues and the step loop (vLLM V1's scheduler)."""
+
+    v0 = False  # the V0 subclass preempts by arrival order instead of admission order
 
     def __init__(
         self,
@@ -139,8 +63,6 @@ class Replica:
         max_num_batched_tokens: int,
         prefix_caching: bool,
         on_finish,
-        v0: bool = False,
-        scheduler_steps: int = 1,
     ):
         self.index = index
         self.reqs = reqs
@@ -153,10 +75,6 @@ class Replica:
         self.prefix_cached = False  # the shared prefix's blocks are in this replica's cache
         self.pinned = 0  # blocks the cached prefix holds for good
         self.on_finish = on_finish  # callback(rid, engine_time) when a request completes
-        self.v0 = v0
-        self.watermark = int(0.01 * total_blocks) if v0 else 0  # V0 keeps 1% of blocks free for decodes
-        self.scheduler_steps = max(1, int(scheduler_steps))
-        self.group_left = 0  # decode steps left in the current multi-step group
 
         self.t = 0.0  # engine clock: when the next step may start
         self.step = 0  # steps run
@@ -301,8 +219,6 @@ class Replica:
     def run_step(self) -> bool:
         """Schedule and run one step at ``self.t``. Returns False when nothing could be
         scheduled (idle)."""
-        if self.v0:
-            return self._run_step_v0()
         R = self.reqs
         P, gen, kvl, state = R.P, R.gen, R.kv, R.state
         ds = self.dstep
@@ -374,53 +290,6 @@ class Replica:
         if not sched and not n_dec:
             return False
         self._run(p_tok, p_attn, p_kv, n_dec, sched)
-        return True
-
-    def _run_step_v0(self) -> bool:
-        R = self.reqs
-        P, gen, state = R.P, R.gen, R.state
-        waiting = self.waiting
-        if not self.n_dec:
-            self.group_left = 0  # every sequence of the group finished: schedule afresh
-        # Prefill-first: waiting prompts, whole, at a scheduling point (not inside a
-        # multi-step decode group).
-        if waiting and self.group_left == 0:
-            sched: list[tuple[int, int]] = []
-            tokens = 0
-            p_attn = 0.0
-            p_kv = 0
-            while waiting and self.n_dec + len(sched) < self.max_seqs:
-                rid = waiting[0]
-                target = P[rid] + gen[rid]
-                hit = self._hit(rid, target) if self.prefix_cached else 0
-                new = target - hit
-                if sched and tokens + new > self.max_tokens:
-                    break
-                nb = -(-target // BLOCK) - hit // BLOCK
-                if nb > self.free - self.watermark:
-                    break
-                self._admit(rid, hit, nb)
-                tokens += new
-                p_attn += new * (hit + new * 0.5)
-                p_kv += target
-                sched.append((rid, new))
-            if sched:
-                self._run(tokens, p_attn, p_kv, 0, sched)
-                return True
-        if not self.n_dec:
-            return False
-        # A decode step (the first of a group of ``scheduler_steps`` with multi-step).
-        ds = self.dstep
-        need = self.phase[ds % BLOCK]
-        while need > self.free:
-            if self._preempt(False) < 0:
-                break
-            need = self.phase[ds % BLOCK]
-        self.free -= need
-        if self.group_left == 0:
-            self.group_left = self.scheduler_steps
-        self.group_left -= 1
-        self._run(0, 0.0, 0, self.n_dec, ())
         return True
 
     def _run(self, p_tok: int, p_attn: float, p_kv: int, n_dec: int, sched) -> None:

@@ -333,9 +333,9 @@ class StudyLearner:
         if cal.base is None:
             # No estimator-backed predictor for this spec (a CPU host has no GPU entry): the
             # uncalibrated reference is the estimator pricing the machine from nominal figures.
-            from core.sweep.predict import Predictor
+            from core.sweep.predict import SurrogatePredictor
 
-            cal.base = Predictor(cal.arch, cal.hardware).predict
+            cal.base = SurrogatePredictor(cal.arch, cal.hardware).predict
         cal.name = study
         # A resumed study learns again from what it already measured, in the order measured.
         for p in sorted(store.points(study, status="ok"), key=lambda p: p.started_at or 0):

@@ -15,18 +15,38 @@ estimator cannot answer, a small fallback model over the same step cost model is
 
 from __future__ import annotations
 
+import logging
 import math
 from functools import lru_cache
 from typing import Any
 
+from core.errors import KneeError
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.workload import Workload
 
+log = logging.getLogger(__name__)
 
-class Predictor:
+
+def _warn_once(seen: set, what: str, e: Exception) -> None:
+    """Log an unexpected estimator failure once per kind of error (a sweep asks thousands of
+    times; one line says the estimator has a bug and the fallback model is answering). Only
+    the parallelism and error are named: a config's extra_args may hold an API key."""
+    key = (what, type(e).__name__, str(e))
+    if key not in seen:
+        seen.add(key)
+        log.warning("the estimator failed (%s: %s: %s); the fallback model answers instead", what, type(e).__name__, e)
+
+
+class SurrogatePredictor:
+    """The adaptive strategy's surrogate: ``vllm bench serve`` keys predicted per
+    configuration and load point, from the estimator where it answers, else from the small
+    fallback model of the module docstring. (Not :class:`core.estimate.Predictor`, which it
+    wraps.)"""
+
     def __init__(self, arch, hardware):
         self.arch = arch
         self.hardware = hardware
+        self._warned: set = set()  # estimator failures already logged
 
     @lru_cache(maxsize=256)
     def _cost(self, tp: int, kv_dtype: str):
@@ -46,8 +66,10 @@ class Predictor:
             try:
                 plan = est.memory(cfg)
                 return plan.fits, plan.reason, plan
-            except Exception:
-                pass
+            except KneeError:
+                pass  # a configuration the estimator rejects: the plain memory plan decides
+            except Exception as e:  # noqa: BLE001 - an estimator bug must not stop a sweep; it is logged
+                _warn_once(self._warned, f"memory plan of TP{cfg.tp} x DP{cfg.dp}", e)
         mml = cfg.max_model_len or (workload.max_total_len if workload else None)
         plan = plan_memory(
             self.arch,
@@ -65,11 +87,14 @@ class Predictor:
         key = workload.model_dump_json()
         cache = self.__dict__.setdefault("_est", {})
         if key not in cache:
-            try:
-                from core.estimate.predict import Predictor as EstPredictor
+            from core.estimate.predict import Predictor as EstimatorPredictor
 
-                cache[key] = EstPredictor(self.arch, self.hardware.gpu, workload)
-            except Exception:
+            try:
+                cache[key] = EstimatorPredictor(self.arch, self.hardware.gpu, workload)
+            except KneeError:
+                cache[key] = None  # a workload the estimator rejects: the fallback model answers
+            except Exception as e:  # noqa: BLE001 - an estimator bug must not stop a sweep; it is logged
+                _warn_once(self._warned, "building the estimator for this workload", e)
                 cache[key] = None
         return cache[key]
 
@@ -84,8 +109,10 @@ class Predictor:
                 out = dict(pred.metrics())
                 out["request_goodput"] = out["request_throughput"]
                 return out
-            except Exception:
-                pass  # fall through to the small model
+            except KneeError:
+                pass  # a load point the estimator rejects: fall through to the small model
+            except Exception as e:  # noqa: BLE001 - an estimator bug must not stop a sweep; it is logged
+                _warn_once(self._warned, f"prediction of TP{cfg.tp} x DP{cfg.dp}", e)
         return self._fallback(cfg, workload, load)
 
     def _fallback(self, cfg: ServerConfig, workload: Workload, load: LoadPoint) -> dict[str, float]:

@@ -74,13 +74,13 @@ def default_measurer(spec: SweepSpec):
 
 def default_predictor(spec: SweepSpec):
     """The estimator-backed predictor, or None where the model or hardware is unknown."""
-    from core.sweep.predict import Predictor
+    from core.sweep.predict import SurrogatePredictor
 
     try:
         hw = _hardware(spec)
         if hw is None:
             return None
-        return Predictor(_arch(spec), hw)
+        return SurrogatePredictor(_arch(spec), hw)
     except KneeError:
         return None  # an unknown model or hardware: the strategies search without predictions
     except Exception as e:  # noqa: BLE001 - a model config the estimator cannot read must not stop a sweep; say so

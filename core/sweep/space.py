@@ -171,7 +171,7 @@ def sim_ignored_args(spec: SweepSpec) -> list[tuple[str, int]]:
 
 def sim_unmodelled(server_sets: list) -> list[tuple[str, int]]:
     """(name, number of values) of each parsed server arg the simulator does not model."""
-    from core.simulate.engine import unmodelled_args
+    from core.simulate.feasibility import unmodelled_args
 
     counts = {n: len(s.values) for s in server_sets for n in s.names}
     return [(n, counts[n]) for n in unmodelled_args(counts, list(_SERVER_FIELDS) + ["disable_radix_cache"])]

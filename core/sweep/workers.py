@@ -328,4 +328,4 @@ def run_worker(storage: str, study: str, **kw: Any) -> RunSummary:
         store.close()
 
 
-__all__ = ["JoinedRunner", "join_study", "spec_differences", "local_spec", "box_hardware", "hardware_difference", "trial_host", "run_worker"]
+__all__ = ["JoinedRunner", "join_study", "spec_differences", "local_spec", "box_hardware", "hardware_difference", "run_worker"]

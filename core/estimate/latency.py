@@ -1,0 +1,171 @@
+"""Means and approximate percentiles of TTFT, TPOT, ITL and E2E from one replica's steady
+state (:mod:`core.estimate.steady`), and the :class:`Prediction` that carries them.
+
+Percentiles are approximations, stated as such everywhere they are shown: TTFT spreads by
+the step a request lands in (uniform over one step), by other prefills colliding with it
+(Poisson count at the arrival rate) and by queueing (exponential tail in an open loop; a
+closed loop's queue is nearly deterministic); ITL spreads by how many of a request's decode
+steps are mixed ones (binomial); E2E adds the deviations in quadrature, plus the output
+length's own spread when the workload has one. Per-request API overheads (HTTP,
+tokenisation, detokenisation/streaming) from the engine profile add to TTFT and E2E.
+
+An open loop whose arrivals outrun the replica, over a finite run of ``num_prompts``
+requests: the queue grows linearly, so mean wait = (n−1)/2·(1/X − 1/λ). With a client
+timeout T, only the requests with wait + time in the engine <= T finish (the first ones of
+the run); TTFT and E2E are theirs and the throughput is successes over the run's span
+(sending time + T), as benchmark clients report an overloaded run (:func:`overloaded`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from core.estimate.costmodel import Batch, CostModel
+from core.estimate.prediction import Prediction, make_prediction
+from core.estimate.stats import QUANTILES, Z, poisson_quantile, quantile_len, stats_of, weighted_quantiles
+from core.estimate.steady import Shape, State, dec_gap, multi_step, steady_gaps
+from core.spec.serving import ServerConfig
+
+
+def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, wait: float, wait_kind: str,
+           limited: str, saturated: bool, concurrency: float | None, request_rate: float | None, budget: int,
+           seqs: int, cap: float, gaps: list[tuple[float, float]] | None = None, resumed: float = 0.0) -> Prediction:
+    """Means and approximate percentiles from a replica's steady state."""
+    I, O = shape.input_len, shape.output_len
+    ovh = cm.request_overhead_s
+    chunked = shape.chunked
+    dec = max(O - 1.0, 0.0)
+    # Closed loop: a new request finds the others running; open loop and bursts: all of them.
+    others = st.n - 1 if wait_kind == "fixed" else st.n
+    busy = min(1.0, max(others, 0.0))
+    ms = multi_step(cfg)
+    ttft_mean = ovh + wait + st.align(others) * ms + st.prefill
+    tok = cm.output_token_overhead_s
+    # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
+    # (or, without chunked prefill, gaps that span a whole prefill step); for a burst,
+    # also the thinning batch of the drain.
+    dist = gaps if gaps else steady_gaps(shape, st, 1.0)
+    total = sum(w for _, w in dist) or 1.0
+    gap_mean = sum(t * w for t, w in dist) / total + tok
+    gap_q = {k: v + tok for k, v in weighted_quantiles(sorted(dist), total).items()}
+    if resumed > 0 and dec > 0:
+        # Time spent preempted between tokens: spread over the request's decode.
+        dist = [(t + resumed / dec, w) for t, w in dist]
+        gap_mean += resumed / dec
+        gap_q = {k: v + resumed / dec for k, v in gap_q.items()}
+    tpot_mean = gap_mean if gaps else st.tpot + tok + resumed / max(dec, 1.0)
+    e2e_mean = ttft_mean + dec * tpot_mean
+
+    # Percentiles (approximate; see the module docstring).
+    collide_m = min(x * st.prefill, 50.0)  # other prefills arriving while ours runs
+    share = 0.5 if chunked else 1.0
+    # A longer or shorter prompt than the mean changes the steps it prefills in by its
+    # extra tokens' marginal cost (their matmul FLOPs and attention), not in proportion:
+    # the step's fixed costs, weight reads and the decodes riding along stay.
+    Ic = I - st.cached
+    ctx = I + dec / 2.0
+    def pf_step(tokens: float) -> float:
+        return cm.step_seconds(tokens, tokens * (I + st.cached) / 2.0, tokens * I / Ic, st.decodes_mixed,
+                               st.decodes_mixed * ctx, max(1.0, tokens / Ic))
+    delta = max(16.0, 0.1 * st.prefill_tokens_step)
+    per_token = max(pf_step(st.prefill_tokens_step + delta) - pf_step(st.prefill_tokens_step), 0.0) / delta
+    p_wait = 0.0
+    if wait_kind == "exponential" and wait > 0:
+        rho = min(st.n / max(cap, 1e-9), 0.999)
+        p_wait = min(1.0, rho ** (math.sqrt(2 * (cap + 1)) - 1))
+    ttft_q, tpot_q, e2e_q = {}, {}, {}
+    for name, q in QUANTILES.items():
+        if wait_kind == "exponential":
+            w = (wait / p_wait) * math.log(p_wait / (1 - q)) if p_wait > 0 and q > 1 - p_wait else 0.0
+        elif wait_kind == "uniform":
+            w = 2 * wait * q
+        else:  # a closed loop's queue is nearly deterministic
+            w = wait
+        # The mean prefill already holds the average collision; scale by the quantile's
+        # share of it.
+        k_coll = poisson_quantile(collide_m, q)
+        # A prompt's prefill scales with the tokens it computes (not those the prefix
+        # cache serves).
+        computed_q = max(shape.prepend + quantile_len(shape.input, q) - st.cached, 1.0)
+        pf = max(st.prefill + (computed_q - Ic) * per_token, per_token * computed_q)
+        pf *= (1 + share * k_coll) / (1 + share * collide_m)
+        t = ovh + w + q * st.mean_step * busy * ms + pf
+        ttft_q[name] = t
+        if gaps:
+            tp = gap_q[name]  # a burst: requests decode at whatever batch they met
+        elif dec > 0:
+            # Mixed steps among one request's decode steps: binomial(O−1, frac_mixed).
+            f = st.frac_mixed
+            f_q = min(1.0, max(0.0, f + Z[q] * math.sqrt(max(f * (1 - f), 0.0) / dec)))
+            tp = max(st.tpot + (f_q - f) * dec_gap(st, chunked, dec), 0.0) + tok + resumed / dec
+        else:
+            tp = 0.0
+        tpot_q[name] = tp
+        devs = (t - ttft_mean, dec * (tp - tpot_mean), (quantile_len(shape.output, q) - O) * tpot_mean)
+        mag = math.sqrt(sum(d * d for d in devs))
+        e2e_q[name] = max(e2e_mean + math.copysign(mag, sum(devs)), t)
+    itl_q = gap_q
+    for d, mean in ((ttft_q, ttft_mean), (e2e_q, e2e_mean)):
+        # A rare collision lifts the mean a little while the tail misses it: keep the
+        # upper percentiles of these latencies at or above their mean.
+        for name in ("p90", "p95", "p99"):
+            d[name] = max(d[name], mean)
+    for d in (ttft_q, tpot_q, itl_q, e2e_q):  # keep p50 <= p90 <= p95 <= p99
+        prev = -math.inf
+        for name in QUANTILES:
+            d[name] = prev = max(d[name], prev)
+
+    # Bottlenecks: the step prefill chunks ride in, and the pure decode step.
+    pf_seqs = max(1, round(st.n * st.k / max(st.n_mixed, 1e-9))) if chunked else max(1, round(st.prefill_tokens_step / Ic))
+    pf_batch = Batch(
+        prefill_tokens=int(st.prefill_tokens_step),
+        prefill_attn=st.prefill_tokens_step * (I + st.cached) / 2.0,
+        prefill_kv=st.prefill_tokens_step / Ic * (st.k * st.cached + Ic * (st.k + 1) / 2.0) / st.k,
+        prefill_seqs=pf_seqs,
+        decode_seqs=int(round(st.decodes_mixed)),
+        decode_context=round(st.decodes_mixed) * (I + dec / 2),
+    )
+    dec_batch = Batch.decode(max(1, int(round(st.decodes_pure))), I + dec / 2) if dec > 0 else None
+    return make_prediction(
+        cfg, cm, budget, seqs, x, pf_batch, dec_batch, I, O,
+        concurrency=concurrency,
+        request_rate=request_rate,
+        ttft_ms=stats_of(ttft_mean, ttft_q, 1e3),
+        itl_ms=stats_of(gap_mean, itl_q, 1e3),
+        tpot_ms=stats_of(tpot_mean, tpot_q, 1e3),
+        e2e_s=stats_of(e2e_mean, e2e_q),
+        running=st.n,
+        queued=wait * x,
+        limited_by=limited,
+        saturated=saturated,
+        prefill_chunks=st.k,
+        step_ms_mixed=st.t_mixed * 1e3,
+        step_ms_decode=st.t_pure * 1e3,
+    )
+
+
+def overloaded(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, cap_x: float, lam: float, n: float,
+               timeout: float | None, budget: int, seqs: int, cap: float) -> tuple[float, float]:
+    """(completed req/s, mean queueing wait) of one replica over a finite overloaded run.
+
+    The replica completes ``cap_x`` req/s while ``lam`` arrive, so the j-th request
+    (j = 0..n−1, sent at j/λ) starts at j/X and waits W_j = j·(1/X − 1/λ), then spends
+    S (its time in the engine) before its last token. A client timeout T fails every
+    request with W_j + S > T: the first n_ok = (T − S)/(1/X − 1/λ) + 1 succeed, and the
+    later ones start too late (a request pulled from a queue that old holds its slot
+    only until the client gives up, so none of them completes either). When requests
+    fail, the reported throughput is the successes over the run's span, from the first
+    send to the last request's timeout; when all complete it is the replica's capacity
+    (the drain at the end of the run is left out, as for a steady state)."""
+    d = max(1.0 / cap_x - 1.0 / lam, 0.0)
+    n_ok = n
+    if timeout is not None and timeout > 0 and d > 0:
+        resident = finish(shape, cfg, cm, st, cap_x, 0.0, "uniform", "load", True, None, None, budget, seqs,
+                          cap).e2e_s.mean
+        # At least the first request: with T < S nothing finishes in time, and the
+        # figures describe that one request's (timed-out) latency instead.
+        n_ok = min(n, max(1.0, math.floor((timeout - resident) / d) + 1.0))
+    wait = max(0.0, (n_ok - 1.0) / 2.0 * d)
+    if n_ok < n:
+        return n_ok / ((n - 1.0) / lam + timeout), wait
+    return cap_x, wait

@@ -1,0 +1,109 @@
+"""The statistics the analytic estimator shares: a latency's mean and percentiles, and the
+quantiles of length distributions, Poisson counts and weighted samples it builds them from.
+
+No scipy: these run on the estimator's hot path (the TUI predicts per keystroke).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from core.errors import BadInput
+from core.spec.workload import LengthDist
+
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+# Standard normal quantiles for the same levels.
+Z = {0.50: 0.0, 0.90: 1.2816, 0.95: 1.6449, 0.99: 2.3263}
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A latency's mean and (approximate) percentiles, in the unit the field name says."""
+
+    mean: float
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+
+    def get(self, stat: str) -> float:
+        stat = {"median": "p50"}.get(stat, stat)
+        if stat == "mean":
+            return self.mean
+        if hasattr(self, stat):
+            return getattr(self, stat)
+        raise BadInput(f"unknown statistic {stat!r}", "use mean, median, p50, p90, p95 or p99")
+
+    def as_dict(self, digits: int = 3) -> dict[str, float]:
+        return {k: round_sig(v, digits) for k, v in asdict(self).items()}
+
+
+def round_sig(v: float, digits: int) -> float:
+    """``v`` to ``digits + 3`` significant digits below 10**digits, else to one decimal (for
+    reports: enough digits to compare, none of the float noise)."""
+    if v is None or not math.isfinite(v):
+        return v
+    return float(f"{v:.{digits + 3}g}") if abs(v) < 10**digits else round(v, 1)
+
+
+def stats_of(mean: float, quantiles: dict[str, float], scale: float = 1.0) -> Stats:
+    """A :class:`Stats` from a mean and a dict keyed by :data:`QUANTILES`, times ``scale``
+    (1e3: seconds to ms). (Keys spelled out, not a generator: this runs four times a
+    prediction, and the TUI predicts per keystroke.)"""
+    return Stats(mean * scale, quantiles["p50"] * scale, quantiles["p90"] * scale, quantiles["p95"] * scale,
+                 quantiles["p99"] * scale)
+
+
+def weighted_quantiles(ordered: list[tuple[float, float]], total: float) -> dict[str, float]:
+    """Per :data:`QUANTILES` level, the first value of ``ordered`` (sorted (value, weight)
+    pairs) whose cumulative weight reaches that share of ``total``; the last value when
+    rounding leaves it short, 0.0 when there is none."""
+    out: dict[str, float] = {}
+    for name, q in QUANTILES.items():
+        acc, val = 0.0, ordered[-1][0] if ordered else 0.0
+        for t, w in ordered:
+            acc += w
+            if acc >= q * total - 1e-12:
+                val = t
+                break
+        out[name] = val
+    return out
+
+
+def quantile_len(dist: LengthDist, q: float) -> float:
+    """The ``q`` quantile of a length distribution (a normal one floored at one token)."""
+    if dist.kind == "uniform":
+        return dist.mean * (1 - dist.range_ratio + 2 * dist.range_ratio * q)
+    if dist.kind == "normal":
+        return max(1.0, dist.mean + Z.get(q, 0.0) * dist.std)
+    if dist.kind == "empirical":
+        vals = sorted(dist.values)
+        return float(vals[min(len(vals) - 1, int(q * len(vals)))])
+    return dist.mean
+
+
+def mean_len(dist: LengthDist) -> float:
+    if dist.kind == "empirical":
+        return sum(dist.values) / len(dist.values)
+    return dist.mean
+
+
+def is_fixed(dist: LengthDist) -> bool:
+    """Every draw the same length."""
+    return dist.kind == "fixed" or (dist.kind == "uniform" and dist.range_ratio == 0) or (dist.kind == "normal" and dist.std == 0)
+
+
+def poisson_quantile(m: float, q: float) -> int:
+    """Smallest k with P(Poisson(m) <= k) >= q (m small; a normal tail beyond)."""
+    if m <= 0:
+        return 0
+    if m > 30:
+        return max(0, int(m + Z.get(q, 0.0) * math.sqrt(m) + 0.5))
+    p = math.exp(-m)
+    acc, k = p, 0
+    while acc < q and k < 200:
+        k += 1
+        p *= m / k
+        acc += p
+    return k

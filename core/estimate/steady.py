@@ -1,0 +1,184 @@
+"""The steady state of continuous batching on one replica, the analytic estimator's core.
+
+Per replica (data-parallel replicas split the load evenly):
+
+- ``N`` sequences run at once, capped by ``max_num_seqs``, by the KV cache (sequences at the
+  average context I + O/2, since lifetimes are staggered) and, with chunked prefill, by the
+  token budget (every decode takes one token of it). Beyond the cap requests wait.
+- Every running sequence lives ``L = k + O − 1`` steps: ``k = ceil(I / (budget − decodes))``
+  prefill chunks (vLLM schedules running decodes first and gives prefill what is left of
+  ``max_num_batched_tokens``), then O − 1 decode steps (the first token comes out of the last
+  prefill chunk). Over one such cycle N requests complete, so throughput = N / cycle time.
+- Of the L steps, ``min(L, N·k)`` carry prefill chunks ("mixed" steps: prefill tokens plus the
+  decodes) and the rest are pure decode steps; a decoding request sees the mixed ones as
+  prefill/decode interference, which is where its ITL comes from under load. Engines without
+  chunked prefill (vLLM < 0.6) run whole prompts in prefill-only steps while decodes stall.
+- Prefix-cache hits (``cached`` prompt tokens per request) are not computed at prefill, but
+  their KV is still read by the attention of the prompt's chunks and of every decode step.
+
+How a load point (closed or open loop) picks N is :mod:`core.estimate.predict`; the latency
+distribution of a state is :mod:`core.estimate.latency`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from core.estimate.costmodel import CostModel
+from core.spec.serving import ServerConfig
+from core.spec.workload import LengthDist
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """The requests as the estimator sees them, fixed for one Predictor: the workload's length
+    distributions, the shared prefix prepended to every prompt, the mean lengths (the prefix
+    included in ``input_len``) and whether the engine chunks its prefills."""
+
+    input: LengthDist
+    output: LengthDist
+    prepend: float
+    input_len: float
+    output_len: float
+    chunked: bool
+
+
+@dataclass(slots=True)
+class State:
+    """Steady state of one replica with ``n`` running sequences."""
+
+    n: float
+    k: int  # prefill chunks per request
+    steps: float  # L: steps a request spends running
+    n_mixed: float  # steps per cycle that carry prefill
+    t_mixed: float
+    t_pure: float
+    cycle: float  # seconds per cycle = residence of a request in the running batch
+    prefill: float  # seconds from being scheduled to the first token
+    tpot: float
+    frac_mixed: float  # share of a request's decode steps that are mixed
+    prefill_tokens_step: float
+    decodes_mixed: float
+    decodes_pure: float
+    cached: float = 0.0  # prompt tokens per request served by the prefix cache
+
+    @property
+    def throughput(self) -> float:
+        return self.n / self.cycle if self.cycle > 0 else 0.0
+
+    @property
+    def mean_step(self) -> float:
+        return self.cycle / self.steps if self.steps else 0.0
+
+    def align(self, others: float) -> float:
+        """Mean wait for the step in flight to end before a new request can join: half a
+        step when the engine is busy with ``others`` sequences, nothing when it is idle."""
+        return 0.5 * self.mean_step * min(1.0, max(others, 0.0))
+
+
+def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: float = 0.0) -> State:
+    """One replica running ``n`` sequences (fractional below one: idle part of the time) with
+    a token budget of ``budget`` per step and ``cached`` prompt tokens per request from the
+    prefix cache."""
+    I, O = shape.input_len, shape.output_len
+    # Prefix-cache hits: only Ic = I − c prompt tokens are computed, at contexts c..I, so
+    # a prompt's attention pairs are (I² − c²)/2 and its chunks read the cached KV too.
+    c = min(max(cached, 0.0), I - 1.0)
+    Ic = I - c
+    dec_steps = O - 1.0
+    step = cm.step_seconds
+    # Below one running sequence the replica is idle part of the time: each step still
+    # serves one whole sequence, and throughput scales with the busy share.
+    busy = min(n, 1.0)
+    n = max(n, 1.0)
+    ctx = I + dec_steps / 2.0  # mean context of a decoding sequence
+    if shape.chunked:
+        # Decodes go first; prefill gets what is left of the budget.
+        k = max(1, math.ceil(Ic / budget))
+        for _ in range(3):
+            steps = k + dec_steps
+            prefilling = n * k / steps
+            avail = max(budget - (n - max(prefilling, 1.0)), budget * 0.02, 1.0)
+            k_new = max(1, math.ceil(Ic / avail))
+            if k_new == k:
+                break
+            k = k_new
+        steps = k + dec_steps
+        n_mixed = min(steps, n * k)
+        prefilling = n * k / n_mixed  # sequences prefilling in a mixed step
+        dec_mixed = max(0.0, n - prefilling) if n_mixed < steps else n * dec_steps / steps
+        dec_pure = n
+        bound = n * (Ic + dec_steps) / budget
+        if bound > steps:
+            # Token-budget bound: every step is full (decodes plus prefill chunks up to
+            # max_num_batched_tokens) and prompts wait between their chunks.
+            steps = n_mixed = bound
+            prefilling = max(1.0, n - n * dec_steps / steps)
+            dec_mixed = n * dec_steps / steps
+        p_tok = n * Ic / n_mixed
+        # Attention pairs and KV read by the prefill chunks, per mixed step.
+        p_attn = n * (I * I - c * c) / 2.0 / n_mixed
+        p_kv = n * (k * c + Ic * (k + 1) / 2.0) / n_mixed
+        t_mixed = step(p_tok, p_attn, p_kv, dec_mixed, dec_mixed * ctx, prefilling)
+        t_pure = step(0.0, 0.0, 0.0, dec_pure, dec_pure * ctx, 0.0) if n_mixed < steps else t_mixed
+        cycle = n_mixed * t_mixed + (steps - n_mixed) * t_pure
+        prefill = max(k, steps - dec_steps) * t_mixed
+        decode_work = n * dec_steps
+        frac_mixed = (n_mixed * dec_mixed / decode_work) if decode_work > 0 else 0.0
+    else:
+        # Prefill-only steps (vLLM < 0.8 by default, SGLang): whole prompts, several per step
+        # when they fit the budget (longer prompts in budget-sized pieces), while decodes
+        # stall. Waiting prompts go first, so those that arrived during the last step share one.
+        k = max(1, math.ceil(Ic / budget))
+        t_pure = step(0.0, 0.0, 0.0, n, n * ctx, 0.0) if dec_steps > 0 else 0.0
+        fit = max(1.0, budget // max(int(Ic), 1)) if k == 1 else 1.0
+        group = 1.0
+        for _ in range(4):
+            chunk = group * Ic / k
+            t_mixed = step(chunk, group * (I * I - c * c) / 2.0 / k, group * (k * c + Ic * (k + 1) / 2.0) / k, 0.0, 0.0, group)
+            n_mixed = n * k / group
+            cycle = n_mixed * t_mixed + dec_steps * t_pure
+            arrivals_per_step = n / cycle * (cycle / (n_mixed + dec_steps)) if k == 1 else 1.0
+            group = min(max(1.0, arrivals_per_step), fit, n)
+        steps = n_mixed + dec_steps
+        prefill = k * t_mixed
+        dec_mixed, dec_pure, p_tok = 0.0, n, group * Ic / k
+        # A decoding request stalls through the other prompts' prefill steps.
+        frac_mixed = max(0.0, n_mixed - k) / max(n_mixed - k + dec_steps, 1.0)
+    tpot = (cycle - prefill) / dec_steps if dec_steps > 0 else 0.0
+    if busy < 1.0:
+        n = busy
+    return State(n, k, steps, n_mixed, t_mixed, t_pure, cycle, prefill, tpot, frac_mixed, p_tok, dec_mixed, dec_pure, c)
+
+
+def steady_gaps(shape: Shape, st: State, weight: float) -> list[tuple[float, float]]:
+    """Inter-token gaps of the steady state, as (seconds, share of tokens)."""
+    dec = shape.output_len - 1.0
+    if dec <= 0:
+        return [(0.0, weight)]
+    if shape.chunked:
+        f = 1.0 if st.n_mixed >= st.steps else min(1.0, max(st.frac_mixed, 0.0))
+        return [(st.t_pure, weight * (1 - f)), (st.t_mixed, weight * f)]
+    stalls = max(st.n_mixed - st.k, 0.0) / dec  # prefill steps per decode gap
+    s = min(1.0, stalls)
+    if s <= 0:
+        return [(st.t_pure, weight)]
+    return [(st.t_pure, weight * (1 - s)), (st.t_pure + st.t_mixed * stalls / s, weight * s)]
+
+
+def dec_gap(st: State, chunked: bool, dec: float) -> float:
+    """How much a request's TPOT moves per unit of its share of mixed decode steps."""
+    if chunked:
+        return st.t_mixed - st.t_pure
+    # Without chunked prefill a stall is a whole prefill step on top of the decode step.
+    return st.t_mixed * (max(st.n_mixed - st.k, 0.0) + dec) / dec
+
+
+def multi_step(cfg: ServerConfig) -> int:
+    """vLLM 0.6's multi-step scheduling (``--num-scheduler-steps``): the engine runs that many
+    decode steps per scheduling round, so a new request waits for the round in flight."""
+    try:
+        return max(1, int(cfg.extra_args.get("num_scheduler_steps", cfg.extra_args.get("num-scheduler-steps", 1))))
+    except (TypeError, ValueError):
+        return 1

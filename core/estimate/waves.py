@@ -1,0 +1,144 @@
+"""Closed loops with fixed lengths, and finite bursts: where requests do not reach the
+staggered steady state of :mod:`core.estimate.steady`.
+
+- Lock-step waves: with fixed lengths a closed loop's requests start, prefill and finish
+  together (as ``vllm bench serve`` with fixed random lengths makes them): a wave is the
+  prefill of all its prompts in budget-sized steps, then O − 1 decode steps at the full batch.
+- A burst (everything submitted at once) whose output lengths vary: the queue drains at the
+  capped steady state, then the batch thins out as the short requests finish.
+- The prefill storm: prompts that arrive together prefill back to back in full-budget steps.
+"""
+
+from __future__ import annotations
+
+import math
+
+from core.estimate.costmodel import Batch, CostModel
+from core.estimate.prediction import Prediction, make_prediction
+from core.estimate.stats import QUANTILES, is_fixed, quantile_len, stats_of, weighted_quantiles
+from core.estimate.steady import Shape, State, steady_gaps
+from core.spec.serving import ServerConfig
+
+
+def synchronized(shape: Shape) -> bool:
+    """Fixed lengths: a closed loop's requests start together and finish together."""
+    return is_fixed(shape.input) and is_fixed(shape.output)
+
+
+def wave(shape: Shape, cfg: ServerConfig, cm: CostModel, concurrency: float, cap: float, cap_reason: str,
+         budget: int, seqs: int, cached: float) -> Prediction:
+    """Closed loop with fixed lengths: the requests stay in lock-step waves (they start
+    together, all prompts prefill, then all decode and finish on the same step, and the
+    client sends the next wave at once) — what ``vllm bench serve`` with fixed random
+    lengths and ``--max-concurrency`` produces, on a real server and on the simulator."""
+    I, O = shape.input_len, shape.output_len
+    dec = max(O - 1.0, 0.0)
+    dp = cfg.dp
+    c = concurrency / dp
+    w = max(1.0, min(c, cap))
+    ovh, tail = cm.request_overhead_s, cm.output_token_overhead_s * O
+    Ic = I - cached  # prompt tokens each request computes (the rest are prefix-cache hits)
+    tokens = w * Ic
+    if shape.chunked:
+        per_step = float(budget)
+    else:
+        per_step = max(1.0, budget // max(int(Ic), 1)) * Ic if Ic <= budget else float(budget)
+    steps_pf = max(1, math.ceil(tokens / per_step - 1e-9))
+    p = tokens / steps_pf
+    t_pf = cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
+    ctx = I + dec / 2.0
+    t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
+    prefill_all = steps_pf * t_pf
+    # Prompt j's first token leaves with the step that finishes it: ceil(j·I/budget) steps.
+    def ttft_in(q: float) -> float:
+        return max(1, math.ceil(q * tokens / per_step - 1e-9)) * t_pf
+
+    mean_in = sum(ttft_in((j + 1) / 64) for j in range(64)) / 64
+    wave = ovh + prefill_all + dec * t_dec + tail
+    x = w / wave
+    wait = max(0.0, c / x - wave)  # beyond the cap, requests wait whole waves
+    e2e = wait + wave
+    tok = cm.output_token_overhead_s
+    tpot_mean = (prefill_all - mean_in + dec * t_dec) / dec + tok if dec > 0 else 0.0
+    ttft_q = {k: ovh + wait + ttft_in(q) for k, q in QUANTILES.items()}
+    tpot_q = {k: ((prefill_all - ttft_in(1 - q) + dec * t_dec) / dec + tok if dec > 0 else 0.0) for k, q in QUANTILES.items()}
+    # Gaps: decode steps, and for early prompts one gap spanning the rest of the prefill.
+    first_gap = prefill_all - mean_in + t_dec
+    gaps = [(t_dec + tok, max(dec - 1, 0.0)), (first_gap + tok, 1.0 if dec >= 1 else 0.0)]
+    ordered = sorted(g for g in gaps if g[1] > 0) or [(0.0, 1.0)]
+    total = sum(g[1] for g in ordered)
+    itl_q = weighted_quantiles(ordered, total)
+    itl_mean = sum(t * wt for t, wt in ordered) / total
+    e2e_q = {k: e2e for k in QUANTILES}
+    limited = "load" if c <= cap + 1e-9 else cap_reason
+    pf_batch = Batch(prefill_tokens=int(p), prefill_attn=p * (I + cached) / 2.0, prefill_kv=p * I / Ic,
+                     prefill_seqs=max(1, int(p / Ic)))
+    dec_batch = Batch.decode(max(1, int(round(w))), ctx) if dec > 0 else None
+    return make_prediction(
+        cfg, cm, budget, seqs, x, pf_batch, dec_batch, I, O,
+        concurrency=concurrency,
+        request_rate=None,
+        ttft_ms=stats_of(ovh + wait + mean_in, ttft_q, 1e3),
+        itl_ms=stats_of(itl_mean, itl_q, 1e3),
+        tpot_ms=stats_of(tpot_mean, tpot_q, 1e3),
+        e2e_s=stats_of(e2e, e2e_q),
+        running=w,
+        queued=max(0.0, c - w),
+        limited_by=limited,
+        saturated=False,
+        prefill_chunks=steps_pf,
+        step_ms_mixed=t_pf * 1e3,
+        step_ms_decode=t_dec * 1e3,
+    )
+
+
+def burst(shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int) -> tuple[float, list[tuple[float, float]]]:
+    """Request rate of a finite burst whose output lengths vary: the queue drains at the
+    capped steady state, then the last ``run`` requests finish one by one and the batch
+    thins out — the long ones decode almost alone (the "drain"), which is what a burst
+    of ShareGPT-like requests spends much of its time on."""
+    I = shape.input_len
+    Ic = I - st.cached
+    # 48 quantiles; the last one is the longest of n draws (about the 1 − 1/2n quantile).
+    grid = [(j + 0.5) / 48 for j in range(47)] + [max(47.5 / 48, 1 - 0.5 / n)]
+    lengths = sorted(quantile_len(shape.output, q) for q in grid)
+    queued = max(0.0, n - run)
+    total = queued / st.throughput if queued else 0.0
+    gaps: list[tuple[float, float]] = []  # (decode step seconds, tokens produced at it)
+    if queued:
+        gaps.extend(steady_gaps(shape, st, queued * max(shape.output_len - 1, 0.0)))
+    else:
+        # One wave: every prompt prefills first (budget-sized steps), then decodes.
+        tokens = run * Ic
+        steps = max(1, math.ceil(tokens / budget))
+        per = tokens / steps
+        total += steps * cm.step_seconds(per, per * (I + st.cached) / 2.0, per * I / Ic, 0.0, 0.0, run / steps)
+    prev = 0.0
+    m = len(lengths)
+    for j, length in enumerate(lengths):
+        b = run * (m - j) / m  # sequences still decoding
+        dt = max(length - prev, 0.0)
+        if dt > 0:
+            t = cm.step_seconds(0.0, 0.0, 0.0, b, b * (I + (prev + length) / 2.0), 0.0)
+            total += dt * t
+            gaps.append((t, dt * b))
+        prev = length
+    return (n / total if total > 0 else st.throughput), gaps
+
+
+def prefill_storm(shape: Shape, cm: CostModel, prompts: float, budget: int, cached: float) -> float:
+    """Seconds to prefill ``prompts`` prompts that arrived together, in steps of ``budget``
+    tokens (without chunked prefill: as many whole prompts as fit a step); 0 when they fit
+    one step, which the steady state's own prefill already covers."""
+    I = shape.input_len
+    Ic = max(I - cached, 1.0)
+    tokens = prompts * Ic
+    if shape.chunked:
+        per_step = float(budget)
+    else:
+        per_step = max(1.0, budget // max(int(Ic), 1)) * Ic if Ic <= budget else float(budget)
+    if tokens <= per_step:
+        return 0.0
+    p = per_step
+    t_pf = cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
+    return math.ceil(tokens / p - 1e-9) * t_pf
