@@ -5,11 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e ".[test,postgres]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/pip install -q --disable-pip-version-check -c constraints.txt -e ".[test,postgres]" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import core, tui, textual, optuna, moto, psycopg" # fail fast if the install did not take
 # The package layers declared in pyproject.toml ([tool.importlinter]): a broken layer fails here.
 .venv/bin/lint-imports --no-cache >/tmp/knee-lint-imports.log 2>&1 || { cat /tmp/knee-lint-imports.log; echo "scripts/test.sh: lint-imports found a broken layer (above)"; exit 1; }
 echo "lint-imports: $(grep -c KEPT /tmp/knee-lint-imports.log) contracts kept"
+# ruff's lint (settings in pyproject.toml): pyflakes and pycodestyle errors fail here.
+.venv/bin/ruff check --quiet core tui bench tests || { echo "scripts/test.sh: ruff found the problems above (.venv/bin/ruff check --fix mends some)"; exit 1; }
+echo "ruff: clean"
 # The tmux tier drives the installed knee command in a real terminal (tests/test_tui_tmux.py).
 if ! command -v tmux >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
