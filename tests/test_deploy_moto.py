@@ -409,6 +409,29 @@ def test_cancel_from_the_ui_rolls_back(aws):
     assert _leftovers(aws) == NOTHING
 
 
+def test_a_cancel_as_the_last_wait_ends_stops_before_the_smoke_test(aws):
+    """Cancelled the moment the inference component reports InService: the run rolls back
+    without sending the smoke test's request."""
+    import threading
+
+    from core.deploy import ApplyOptions, apply_plan
+    from core.errors import RunFailed
+
+    cancel = threading.Event()
+    steps = []
+
+    def on_event(ev):
+        steps.append(ev.step)
+        if ev.step == "wait_inference_component" and "InService" in ev.message:
+            cancel.set()
+
+    with pytest.raises(RunFailed, match="cancelled"):
+        apply_plan(_plan(tp=1), confirmed=True, clients=aws, progress=on_event,
+                   options=ApplyOptions(poll_interval_s=0.01, timeout_s=10, cancel=cancel))
+    assert "wait_inference_component" in steps and "smoke_test" not in steps
+    assert _leftovers(aws) == NOTHING
+
+
 def test_apply_is_idempotent_and_never_removes_what_it_reused(aws):
     from core.deploy import apply_plan
 

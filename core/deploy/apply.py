@@ -120,6 +120,9 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
             elif kind == "inference_component":
                 run.wait_ic(name, copies=call.params["RuntimeConfig"]["CopyCount"])
         smoke = None
+        # A cancel that came while the last wait ended must not start a smoke test (it
+        # invokes a billed endpoint the user asked to give up on); the rollback below runs.
+        run.check_cancel()
         if options.smoke_test:
             run.emit("smoke_test", "start", f"streaming test invocation of {plan.endpoint_name}", plan.endpoint_name)
             smoke = smoke_test(plan, clients, redact)

@@ -5,7 +5,6 @@ the view only; the sweep goes on in its own process. A paused sweep shows its ``
 from __future__ import annotations
 
 import sys
-import time
 
 from core.errors import BadInput
 
@@ -20,18 +19,17 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from core.results.store import StudyStore, default_storage, runner_gone, study_status
-    from core.sweep import runner_alive
+    from core.results.follow import StudyFollower
+    from core.results.store import StudyStore, default_storage
     from core.sweep.lease import worker_status
+    from tui.cli.progress import ProgressPrinter
     from tui.cli.results import resume_command, worker_lines
-    from tui.cli.sweep import ProgressPrinter
 
     store = StudyStore(args.storage or default_storage(args.workspace), create=False)
     study = args.study or store.latest_study()
     if not study:
         raise BadInput("the study store is empty", "start one with knee sweep --detach")
-    row = store.study(study)
-    if row is None:
+    if store.study(study) is None:
         raise BadInput(f"no study named {study!r}", "see knee results --list")
     printer = ProgressPrinter(store=store, study=study)
     after = 0
@@ -39,12 +37,15 @@ def run(args) -> int:
         # Start from the study's latest study_started event, so the header is shown.
         starts = store.events(study, kinds=["study_started"])
         after = starts[-1].seq - 1 if starts else 0
-    state = study_status(row)
-    if state == "running" and store.requested_state(study) == "pause":
+    # The one study follower (the TUI's Sweep screen uses it too); the row every 2 s is
+    # plenty for a terminal, and a lifecycle event re-reads it at once.
+    follower = StudyFollower(store, study, after=after, row_every_s=2.0)
+    st = follower.refresh()
+    state = st.status
+    if st.status == "running" and st.requested == "pause":
         state = f"paused; go on with: knee sweep --continue --study {study}"
-    elif state == "interrupted" and row["status"] == "running":
-        state = f"interrupted: {runner_gone(row)}"  # killed without a word: the row still says running
-    last_check = -1e9  # the first quiet moment checks the runner: a dead one is told at once
+    elif st.note:
+        state = f"interrupted: {st.note}"  # killed without a word: the row still says running
     try:
         # Inside the try: a Ctrl-C from the moment this line is shown detaches the view.
         print(f"knee: attached to {study!r} ({state}); Ctrl-C detaches, the sweep goes on", file=sys.stderr)
@@ -52,27 +53,19 @@ def run(args) -> int:
         printer.show_workers = bool(workers)
         for line in worker_lines(workers):
             print(line, file=sys.stderr)
-        while True:
-            batch = store.events(study, after=after)
-            for ev in batch:
-                after = ev.seq
-                printer.handle(ev.kind, ev.data)
-                if ev.kind in ("study_done", "study_interrupted") and not store.events(study, after=after, kinds=["study_started"]):
-                    return 0 if ev.kind == "study_done" else 130
-            if not batch:
-                if time.monotonic() - last_check > 2.0:
-                    last_check = time.monotonic()
-                    row = store.study(study) or {}
-                    if row.get("status") == "created" and time.time() - (row.get("created_at") or 0) < 60:
-                        continue  # a detached runner that has not claimed the study yet
-                    if row.get("status") != "running" or not runner_alive(row):
-                        status = study_status(row)
-                        if status in ("done", "imported"):
-                            return 0
-                        why = runner_gone(row) or f"status {status}"
-                        print(f"knee: no runner is working on {study!r} ({status}: {why}); resume with: {resume_command(study, args)}", file=sys.stderr)
-                        return 130 if status == "interrupted" else 1
-                time.sleep(0.1)
+        last = None
+        # Ends after the event that ends the study's last run, or once no runner works on
+        # it and every event is read (a detached runner not started yet is waited for).
+        for last in follower.events(poll_s=0.1):
+            printer.handle(last.kind, last.data)
+        if last is not None and follower.ends_run(last):
+            return 0 if last.kind == "study_done" else 130
+        st = follower.state
+        if st.status in ("done", "imported"):
+            return 0
+        why = st.note or f"status {st.status}"
+        print(f"knee: no runner is working on {study!r} ({st.status}: {why}); resume with: {resume_command(study, args)}", file=sys.stderr)
+        return 130 if st.status == "interrupted" else 1
     except KeyboardInterrupt:
         print(f"\nknee: detached; the sweep goes on (knee attach --study {study})", file=sys.stderr)
         return 0

@@ -1,4 +1,4 @@
-"""Helpers shared by the subcommands: JSON output and argument checks."""
+"""Helpers shared by the subcommands: JSON output, argument checks and the yes/no prompt."""
 
 from __future__ import annotations
 
@@ -41,3 +41,15 @@ def int_list(text: str, name: str) -> list[int]:
 def positive(value: float | None, name: str) -> None:
     if value is not None and value <= 0:
         raise BadInput(f"{name} must be positive, got {value:g}")
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before changing something billable; --yes answers for a script, and without a
+    terminal (no one to answer) it refuses rather than hang."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise BadInput("not confirmed: stdin is not a terminal", "pass --yes to confirm non-interactively")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise BadInput("not confirmed; nothing was changed")

@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from core.errors import BadInput
-from tui.cli.common import print_json, positive
+from tui.cli.common import confirm, positive, print_json
 
 _KNOB_FLAGS = [
     ("--model", str, "model", "Hugging Face id or path the container loads"),
@@ -255,16 +255,6 @@ def _printer(json_mode: bool):
     return on_event
 
 
-def _confirm(question: str, yes: bool) -> None:
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise BadInput("not confirmed: stdin is not a terminal", "pass --yes to confirm non-interactively")
-    answer = input(f"{question} [y/N] ").strip().lower()
-    if answer not in ("y", "yes"):
-        raise BadInput("not confirmed; nothing was changed")
-
-
 def _options(args, **kw):
     from core.deploy import ApplyOptions
 
@@ -289,7 +279,7 @@ def run_apply(args) -> int:
     if not args.json:
         sys.stdout.write(render_text(plan, full=False))
         sys.stdout.flush()
-    _confirm(f"Create {len(plan.calls)} SageMaker resources in {plan.region} "
+    confirm(f"Create {len(plan.calls)} SageMaker resources in {plan.region} "
              f"(about {'$%.2f/h' % plan.sizing.cost_per_hour if plan.sizing.cost_per_hour else 'unknown cost'})?", args.yes)
     result = apply_plan(plan, confirmed=True, progress=_printer(args.json),
                         options=_options(args, smoke_test=not args.no_smoke_test, rollback=not args.no_rollback))
@@ -309,7 +299,7 @@ def run_apply(args) -> int:
 def run_delete(args) -> int:
     from core.deploy import delete_deployment
 
-    _confirm(f"Delete deployment {args.name} in {_region(args)}?", args.yes)
+    confirm(f"Delete deployment {args.name} in {_region(args)}?", args.yes)
     result = delete_deployment(args.name, confirmed=True, region=_region(args), progress=_printer(args.json),
                                options=_options(args), force=args.force)
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from tui.cli.common import print_json
+from tui.cli.common import confirm, print_json
 
 
 def register(sub) -> None:
@@ -137,7 +137,6 @@ def _say_err(line: str) -> None:
 def _measure(args, req, rec, opts) -> int:
     """Plan, confirm once with the whole measurement's estimated cost, then measure."""
     from core.recommend.measure import cost_estimate, interrupts_as_keyboard, measure, plan_finalists
-    from tui.cli.deploy import _confirm
 
     rows = rec.ranked if args.all_layouts else rec.best_per_instance
     ops = deploy_ops()
@@ -160,7 +159,7 @@ def _measure(args, req, rec, opts) -> int:
     store = StudyStore(opts.storage)
     if opts.study and store.study(opts.study) is not None:
         raise BadInput(f"study {opts.study!r} already exists in {opts.storage}", "pass another --study")
-    _confirm("Create these endpoints and measure them?", args.yes)
+    confirm("Create these endpoints and measure them?", args.yes)
     with interrupts_as_keyboard(say) as protect:
         res = measure(req, finals, opts, ops, store=store, say=say, protect=protect)
     if args.json:

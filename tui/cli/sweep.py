@@ -5,19 +5,22 @@ Runs the sweep runner in this process with a plain progress display on stderr, o
 load point is in the study store (``.knee/knee.db``) before the next starts; ``--resume``
 runs only what is missing. ``--pause``, ``--continue`` and ``--stop`` steer a running sweep
 through its store, from any terminal or machine that shares it (``tui.data.sweep_control``).
+
+The flags-to-spec step is ``tui.cli.sweep_spec``, the display ``tui.cli.progress``, and the
+paths that start no runner here (--pause/--stop, --join) ``tui.cli.sweep_steer``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from core.errors import BadInput, RunFailed
-
-DEMO_INSTANCE = "ml.g6.12xlarge"
+from tui.cli.progress import ProgressPrinter
+from tui.cli.sweep_spec import DEMO_INSTANCE, build_spec_from_args
+from tui.cli.sweep_steer import control, join, study_arg
 
 
 def register(sub) -> None:
@@ -80,323 +83,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _parse_gpus(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    t = text.replace(" ", "")
-    try:
-        if "," in t:
-            return [int(x) for x in t.split(",") if x]
-        n = int(t)
-    except ValueError:
-        raise BadInput(f"--gpus takes a count or a list like 0,1,2,3, got {text!r}") from None
-    if n < 1:
-        raise BadInput(f"--gpus must be at least 1, got {n}")
-    return list(range(n))
-
-
-def _env(items: list[str]) -> dict[str, str]:
-    out = {}
-    for it in items:
-        k, sep, v = it.partition("=")
-        if not sep or not k:
-            raise BadInput(f"--env takes KEY=VALUE, got {it!r}")
-        out[k] = v
-    return out
-
-
 def _storage(args) -> str:
     from core.results.store import default_storage
 
     return args.storage or default_storage(args.workspace)
-
-
-def build_spec_from_args(args):
-    """The SweepSpec from flags and/or a sweep file (flags win)."""
-    from pydantic import ValidationError
-
-    from core.errors import bad_input_from
-    from core.serve.engines import detect_gpus
-    from core.spec.study import EngineSpec, SweepSpec
-    from core.sweep import build_spec
-    from core.sweep.space import read_sweep_file
-
-    file_kw: dict[str, Any] = read_sweep_file(args.sweep_file) if args.sweep_file else {}
-    engine_tbl = file_kw.pop("engine", {}) or {}
-    if isinstance(engine_tbl, str):
-        engine_tbl = {"kind": engine_tbl}
-    sla_tbl = file_kw.pop("sla", {}) or {}
-    model = args.model or file_kw.pop("model", None)
-    file_kw.pop("model", None)
-    if not model:
-        raise BadInput("no model given", "pass --model (or model = ... in the sweep file)")
-    framework = args.framework or file_kw.pop("framework", None)
-    file_kw.pop("framework", None)
-    gpus = _parse_gpus(args.gpus) if args.gpus else engine_tbl.get("gpus")
-    kind = args.engine or engine_tbl.get("kind") or "auto"
-    notices = []
-    if kind == "auto":
-        if args.server_cmd or engine_tbl.get("command"):
-            kind = "custom"
-        elif args.url or engine_tbl.get("url"):
-            kind = "external"
-        elif framework and (gpus or detect_gpus()):
-            kind = framework
-        elif framework or args.python or args.executable:
-            kind = "sim"
-            notices.append(f"no GPU found: running {framework or 'vllm'} on the simulator (every number is simulated; --engine {framework or 'vllm'} forces a real server)")
-        else:
-            kind = "sim"
-    instance = args.instance or file_kw.pop("instance", None)
-    gpu_type = args.gpu or file_kw.pop("gpu", None)
-    num_gpus = args.num_gpus or file_kw.pop("num_gpus", None)
-    file_kw.pop("instance", None), file_kw.pop("gpu", None), file_kw.pop("num_gpus", None)
-    if not instance and not gpu_type and kind == "sim":
-        instance = DEMO_INSTANCE
-        notices.append(f"no hardware given: simulating {DEMO_INSTANCE} (4x L4); pass --instance or --gpu/--num-gpus")
-    if gpu_type and not num_gpus and gpus:
-        num_gpus = len(gpus)
-    eng_kw = {k: v for k, v in engine_tbl.items() if k != "kind"}
-    unknown = sorted(set(eng_kw) - set(EngineSpec.model_fields))
-    if unknown:  # pydantic would drop a misspelt key without a word
-        raise BadInput(f"unknown key {unknown[0]!r} in the sweep file's [engine] table", "known: " + ", ".join(sorted(set(EngineSpec.model_fields) - {"kind"})))
-    for flag, key in (("server_cmd", "command"), ("python", "python"), ("executable", "executable"), ("container", "container"), ("url", "url"), ("port", "port"), ("ready_endpoint", "ready_endpoint"), ("start_timeout", "start_timeout_s"), ("request_timeout", "request_timeout_s")):
-        v = getattr(args, flag)
-        if v is not None:
-            eng_kw[key] = v
-    env = dict(eng_kw.pop("env", {}) or {})
-    env.update(_env(args.env))
-    eng_kw["host"] = args.host
-    if gpus is not None:
-        eng_kw["gpus"] = gpus
-    try:
-        engine = EngineSpec(kind=kind, env=env, **eng_kw)
-    except ValidationError as e:
-        raise bad_input_from(e, "engine setting ", _ENGINE_NAMES, EngineSpec) from None
-    except TypeError as e:  # a sweep file's [engine] value of the wrong shape
-        raise BadInput(f"bad engine settings: {e}") from None
-    kw: dict[str, Any] = {}
-    for key in ("input_len", "output_len", "strategy", "objective", "warmup", "seed", "rest_s", "max_error_fraction", "early_stop", "parallel"):
-        if key in file_kw:
-            kw[key] = file_kw[key]
-    for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("strategy", "strategy"), ("objective", "objective"), ("rest", "rest_s"), ("sla_knob", "sla_knob"), ("early_stop", "early_stop"), ("parallel", "parallel")):
-        v = getattr(args, flag)
-        if v is not None:
-            kw[key] = v
-    for k, v in sla_tbl.items():
-        kw[{"knob": "sla_knob", "min": "sla_min", "max": "sla_max", "tolerance": "sla_tolerance"}.get(k, k)] = v
-    server_args = args.server_args if args.server_args else file_kw.get("server_sets")
-    client_args = args.client_args if args.client_args else file_kw.get("client_sets")
-    constraints = args.constraints if args.constraints is not None else file_kw.get("constraints")
-    try:
-        spec = build_spec(
-            model,
-            engine=engine,
-            framework=framework or ("vllm" if kind in ("vllm", "sim") else None),
-            server_args=server_args,
-            client_args=client_args,
-            constraints=constraints,
-            instance=instance,
-            gpu=gpu_type,
-            num_gpus=num_gpus,
-            **kw,
-        )
-    except BadInput:
-        raise
-    except ValidationError as e:  # a SweepSpec field (flags or the sweep file)
-        raise bad_input_from(e, "sweep setting ", _SPEC_NAMES, SweepSpec) from None
-    # A configuration needing more GPUs than there are could only fail at launch: refuse it
-    # now, naming the value and the GPU count (knee estimate does the same for --tp).
-    from core.sweep.space import check_gpu_counts, gpu_budget, plan_trials
-
-    detected = detect_gpus() if kind in ("vllm", "sglang", "custom") and engine.gpus is None else None
-    check_gpu_counts(spec, plan_trials(spec), gpu_budget(spec, detected))
-    from core.sweep.space import sim_ignored_warning
-
-    warning = sim_ignored_warning(spec)
-    if warning:
-        notices.append("warning: " + warning)
-    return spec, notices
-
-
-# Field → what the user typed (a flag, or the sweep file's key) for one-line errors.
-_ENGINE_NAMES = {
-    "start_timeout_s": "--start-timeout (start_timeout_s)", "request_timeout_s": "--request-timeout (request_timeout_s)",
-    "port": "--port", "host": "--host", "ready_endpoint": "--ready-endpoint", "kind": "--engine (kind)",
-}
-_SPEC_NAMES = {
-    "input_len": "--input-len (input_len)", "output_len": "--output-len (output_len)", "rest_s": "--rest (rest_s)",
-    "sla_min": "[sla] min", "sla_max": "[sla] max", "sla_tolerance": "[sla] tolerance", "sla_knob": "--sla-knob ([sla] knob)",
-    "num_gpus": "--num-gpus (num_gpus)",
-}
-
-
-class ProgressPrinter:
-    """The headless display: one line per event that matters, a live line for progress."""
-
-    def __init__(self, stream=None, store=None, study: str | None = None):
-        self.out = stream or sys.stderr
-        self.tty = hasattr(self.out, "isatty") and self.out.isatty()
-        self.store = store
-        self.study = study
-        self.trials: dict[int, dict[str, Any]] = {}
-        self.n_trials = 0
-        self.sim = False
-        self._live = False
-        self._last_line = 0.0
-        self.show_workers = False  # following a study several workers share: say which ran what
-
-    def _print(self, text: str) -> None:
-        if self._live:
-            self.out.write("\r\033[K")
-            self._live = False
-        self.out.write(text + "\n")
-        self.out.flush()
-
-    def handle(self, kind: str, d: dict[str, Any]) -> None:
-        if kind == "study_started":
-            self.sim = bool(d.get("simulated"))
-            self.n_trials = d.get("planned_trials", 0)
-            tag = " [SIMULATED]" if self.sim else ""
-            resumed = f", {d['resumed_points']} already stored" if d.get("resumed_points") else ""
-            self._print(f"sweep {self.study or ''}: {d.get('model')} on {d.get('engine')}{tag}, {d.get('strategy')} search, {d.get('planned_trials')} configs / {d.get('planned_points')} load points{resumed}")
-        elif kind == "trial_started":
-            args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items()) or "(defaults)"
-            gpus = f" gpus={','.join(map(str, d['gpus']))}" if d.get("gpus") else ""
-            on = f" on {_worker_name(d['worker'])}" if self.show_workers and d.get("worker") else ""
-            self._print(f"[trial {d.get('trial_id')}] {args}{gpus}{on}")
-        elif kind == "server_ready":
-            how = "simulated launch" if d.get("simulated") else f"server ready in {d.get('start_s', 0):.1f} s (pid {d.get('pid')})"
-            self._print(f"  {how}")
-        elif kind == "progress":
-            if d.get("phase") != "run":
-                return
-            now = time.monotonic()
-            line = f"  {d.get('load', '')}: {d.get('completed', 0)}/{d.get('total') or '?'} done, {d.get('running', 0)} in flight, {d.get('failed', 0)} failed, {d.get('output_tokens_per_s') or 0:.0f} tok/s, {d.get('elapsed_s', 0):.0f} s"
-            if d.get("server_running") is not None:
-                line += f" | server running {d['server_running']:.0f} waiting {d.get('server_waiting') or 0:.0f}"
-            if d.get("gpu_memory"):
-                line += f" | GPU {d['gpu_memory']}"
-            if self.tty:
-                self.out.write("\r\033[K" + line[:200])
-                self.out.flush()
-                self._live = True
-            elif now - self._last_line >= 5.0:
-                self._last_line = now
-                self._print(line)
-        elif kind == "point_done":
-            if d.get("status") == "ok":
-                slo = "meets SLOs" if d.get("meets_slo") else ("misses " + ", ".join(d.get("violations") or []) if d.get("violations") else "")
-                e2e = d.get("p99_e2el_ms")
-                ttft = d.get("mean_ttft_ms")
-                self._print(
-                    f"  {d.get('load', ''):>10}  {d.get('output_throughput') or 0:9.1f} tok/s  {d.get('request_throughput') or 0:6.2f} req/s  "
-                    f"TTFT {ttft / 1000 if ttft else float('nan'):6.2f} s  p99 E2E {e2e / 1000 if e2e else float('nan'):6.1f} s  {slo}"
-                )
-            else:
-                self._print(f"  {d.get('load', ''):>10}  FAILED: {(d.get('reason') or '').splitlines()[0]}")
-        elif kind == "calibration":
-            from core.sweep.calibration import calibration_line
-
-            self._print("  " + calibration_line(d))
-        elif kind == "paused":
-            server = ", its server stays up" if d.get("server_up") else ""
-            study = f" --study {self.study}" if self.study else ""
-            self._print(f"paused after {d.get('points_run', 0)} load points{server}; go on with: knee sweep --continue{study}")
-        elif kind == "continued":
-            self._print(f"continued after {d.get('paused_s', 0):.0f} s paused")
-        elif kind == "point_skipped":
-            args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items())
-            self._print(f"[skip] {args}: {d.get('reason')}")
-        elif kind == "trial_failed":
-            reason = (d.get("reason") or "")
-            first, _, rest = reason.partition("\n")
-            self._print(f"  FAILED: {first}")
-            for ln in rest.splitlines()[-5:]:
-                self._print(f"    | {ln}")
-        elif kind == "lease_taken_over":
-            rerun = f"; point {d['rerun_point']} runs again (re-run)" if d.get("rerun_point") else ""
-            self._print(f"[trial {d.get('trial_id')}] taken over from {_worker_name(d.get('from_worker'))} (its lease expired){rerun}")
-        elif kind == "lease_lost":
-            self._print(f"[trial {d.get('trial_id')}] lease lost{' by ' + _worker_name(d['worker']) if d.get('worker') else ''}: another worker took it over")
-        elif kind in ("worker_done", "worker_interrupted") and self.show_workers:
-            word = "finished" if kind == "worker_done" else f"interrupted ({d.get('signal')})"
-            self._print(f"worker {_worker_name(d.get('worker'))} {word}: {d.get('points_run', 0)} load points run")
-        elif kind in ("study_done", "study_interrupted"):
-            word = "done" if kind == "study_done" else f"interrupted ({d.get('signal')})"
-            self._print(
-                f"sweep {word}: {d.get('points_run', 0)} load points run, {d.get('points_failed', 0)} failed, "
-                f"{d.get('points_resumed', 0)} resumed, {d.get('launches', 0)} server launches, "
-                f"{d.get('trials_skipped', 0)} configs skipped, GPU time {d.get('gpu_seconds', 0) / 3600:.2f} h"
-                + (" (simulated)" if self.sim else "") + f", wall {d.get('wall_s', 0):.1f} s"
-            )
-
-
-def _worker_name(worker_id: str | None) -> str:
-    """host pid from a worker id (host:pid:nonce)."""
-    host, _, rest = (worker_id or "?").partition(":")
-    return f"{host} pid {rest.split(':')[0]}" if rest else host
-
-
-def _study_arg(args, flag: str, value) -> str | None:
-    named = value if isinstance(value, str) else None
-    if named and args.study and named != args.study:
-        raise BadInput(f"{flag} {named} and --study {args.study} name different studies", "name one")
-    return named or args.study
-
-
-def _control(args, storage: str) -> int:
-    """--pause / --stop: one request in the store (--continue goes through run(), which also
-    resumes a study whose runner is gone)."""
-    from core.results.store import StudyStore
-    from tui.data.sweep_control import SweepControl
-
-    flag, value = ("--pause", args.pause) if args.pause else ("--stop", args.stop)
-    store = StudyStore(storage, create=False)
-    name = _study_arg(args, flag, value) or store.latest_study()
-    if not name:
-        raise BadInput("the study store is empty", "start a sweep with knee sweep --detach")
-    ctl = SweepControl(store=store)
-    where = (f" --storage {args.storage}" if args.storage else "") + (f" --workspace {args.workspace}" if args.workspace else "")
-    if flag == "--pause":
-        asked = ctl.pause(name)
-        msg = (f"pausing {name!r} after the load point in flight (its server stays up)" if asked else f"{name!r} is already paused or pausing")
-        msg += f"; go on with: knee sweep --continue --study {name}{where}"
-    else:
-        ctl.check_runner(name, "stop")
-        ctl.stop(name)
-        msg = f"stopping {name!r}; resume with: knee sweep --resume --study {name}{where}"
-    print(f"knee: {msg}", file=sys.stderr)
-    if args.json:
-        json.dump({"study": name, "requested": ctl.requested(name)}, sys.stdout)
-        sys.stdout.write("\n")
-    return 0
-
-
-def _join(args, storage: str) -> int:
-    """--join: this process is one worker of a study shared by several (core/sweep/workers.py)."""
-    from core.results.store import StudyStore
-    from core.sweep.runner import _summary_dict
-    from core.sweep.workers import JoinedRunner, join_study
-
-    if not args.study:
-        raise BadInput("--join needs --study NAME: the study every worker shares")
-    for flag, on in (("--resume/--continue", args.resume), ("--detach", args.detach), ("--dry-run", args.dry_run), ("--output-json", args.output_json)):
-        if on:
-            raise BadInput(f"--join and {flag} do not mix", "a worker runs in its own terminal; export the study with knee results --export")
-    spec, notices = build_spec_from_args(args)
-    store = StudyStore(storage)
-    spec, created = join_study(store, spec, args.study, allow_mixed_hardware=args.allow_mixed_hardware)
-    name = args.study
-    for n in notices if created else []:
-        print(f"knee: {n}", file=sys.stderr)
-    print(f"knee: {'created' if created else 'joined'} study {name!r} as a worker", file=sys.stderr)
-    printer = ProgressPrinter(store=store, study=name)
-    summary = JoinedRunner(store, name, spec=spec, on_event=None if args.quiet else printer.handle, workspace=args.workspace).run()
-    if args.json:
-        json.dump({"study": name, "storage": storage, "created": created, "interrupted": summary.interrupted, **_summary_dict(summary)}, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
-    return 130 if summary.interrupted else 0
 
 
 def run(args) -> int:
@@ -407,15 +97,15 @@ def run(args) -> int:
 
     storage = _storage(args)
     if args.pause or args.stop:
-        return _control(args, storage)
+        return control(args, storage)
     if args.join:
-        return _join(args, storage)
+        return join(args, storage)
     if args.allow_mixed_hardware:
         raise BadInput("--allow-mixed-hardware goes with --join", "add --join --study NAME, or drop it")
     store = StudyStore(storage)
     notices: list[str] = []
     if args.resume:
-        name = _study_arg(args, "--resume", args.resume) or store.latest_study()
+        name = study_arg(args, "--resume", args.resume) or store.latest_study()
         if not name:
             raise BadInput("nothing to resume: the study store is empty", "start a sweep without --resume")
         row = store.study(name)
