@@ -102,11 +102,11 @@ def _predictions(spec, points) -> dict[str, dict[str, float]]:
     if spec is None or not (spec.instance or spec.gpu):
         return {}
     try:
-        from core.sweep.predict import Predictor
+        from core.sweep.predict import SurrogatePredictor
         from core.sweep.runner import _arch, _hardware
         from core.sweep.space import load_of, server_config
 
-        pred = Predictor(_arch(spec), _hardware(spec))
+        pred = SurrogatePredictor(_arch(spec), _hardware(spec))
     except Exception:
         return {}
     out = {}

@@ -269,11 +269,14 @@ def draw_chart(view: ParetoView, selected: str | None, width: int, height: int, 
 
     # 3. Markers, most important last.
     def scatter(dots: list[Dot] | tuple[Dot, ...], kind: str) -> None:
-        if dots:
-            glyph, style = MARKERS[kind]
-            ink = pal(style)
-            plt.scatter([ax.shown(d.x) for d in dots], [ay.shown(d.y) for d in dots],
-                        marker=glyph, color=ink.fg, style=ink.style)
+        glyph, style = MARKERS[kind]
+        ink = pal(style)
+        by_glyph: dict[str, list[Dot]] = {}
+        for d in dots:  # mixed hardware: a plain point's shape is its hardware class
+            g = view.class_glyph(d.key) if kind in ("measured", "frontier") else None
+            by_glyph.setdefault(g or glyph, []).append(d)
+        for g, ds in by_glyph.items():
+            plt.scatter([ax.shown(d.x) for d in ds], [ay.shown(d.y) for d in ds], marker=g, color=ink.fg, style=ink.style)
 
     scatter(view.predicted, "predicted")
     kinds: dict[str, list[Dot]] = {k: [] for k in DRAW_ORDER}
@@ -297,7 +300,9 @@ def draw_chart(view: ParetoView, selected: str | None, width: int, height: int, 
     sel = next((d for d in points if d.key == selected), None)
     if sel is not None:
         ink = pal(SELECTED)
-        plt.text(MARKERS[view.marker(sel.key)][0], ax.shown(sel.x), ay.shown(sel.y),
+        kind = view.marker(sel.key)
+        glyph = (view.class_glyph(sel.key) if kind in ("measured", "frontier") else None) or MARKERS[kind][0]
+        plt.text(glyph, ax.shown(sel.x), ay.shown(sel.y),
                  color=ink.fg, background=ink.bg, style=ink.style, alignment="left")
 
     ansi = plt.build().removesuffix("\n")  # plotext ends its last row with a newline

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
 
@@ -36,6 +36,11 @@ PRESETS: tuple[tuple[str, str], ...] = (
     ("tokens_per_s_per_user", "output_throughput_per_gpu"),  # the interactivity trade-off
     ("output_throughput", "p99_ttft_ms"),
 )
+
+
+# Mixed hardware: a plain point's shape says its hardware class (its colour still says
+# frontier or not). Shapes none of the other marks use; more classes than these repeat.
+CLASS_GLYPHS = ("●", "■", "▲", "▼", "◼", "✚")
 
 
 # A latency metric whose largest value reaches this many ms is shown in seconds: "161.1 s"
@@ -123,6 +128,9 @@ class ParetoView:
     (``core.results.analysis.best``, as ``knee results`` and ``recommend`` choose): what the
     screen selects first, so Deploy gets a configuration that meets the constraints. None
     when no point meets them."""
+    host_classes: dict[str, str] = field(default_factory=dict)
+    """point id -> hardware class ("H100 x8") for a study that ran on mixed hardware (joined
+    workers on different GPU boxes); empty otherwise, and the chart is as for one box."""
 
     @property
     def empty(self) -> bool:
@@ -137,6 +145,20 @@ class ParetoView:
         ``failed`` (missed an SLO), ``imported``, ``frontier`` or ``measured``; the first
         that applies."""
         return self._kinds.get(key, "measured")
+
+    @cached_property
+    def classes(self) -> tuple[str, ...]:
+        """The hardware classes in the study, each with its glyph (:data:`CLASS_GLYPHS`)
+        by position; () for a study on one kind of box."""
+        return tuple(sorted(set(self.host_classes.values()))) if len(set(self.host_classes.values())) > 1 else ()
+
+    def class_glyph(self, key: str) -> str | None:
+        """The glyph of a plain (measured or frontier) point's hardware class on a
+        mixed-hardware chart; None where one glyph serves every point."""
+        label = self.host_classes.get(key)
+        if not self.classes or label is None:
+            return None
+        return CLASS_GLYPHS[self.classes.index(label) % len(CLASS_GLYPHS)]
 
     @cached_property
     def _kinds(self) -> dict[str, str]:
@@ -185,13 +207,13 @@ def predictions(points: list[PointRow], model: str, instance: str | None, gpu: s
     same metric functions read it. Empty where the model or hardware is unknown."""
     from core.catalog import load_model, resolve_hardware
     from core.errors import KneeError
-    from core.sweep.predict import Predictor
+    from core.sweep.predict import SurrogatePredictor
     from core.sweep.space import load_of, server_config
 
     if spec is None:
         return {}
     try:
-        pred = Predictor(load_model(model), resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance))
+        pred = SurrogatePredictor(load_model(model), resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance))
     except KneeError:
         return {}
     out: dict[str, PointRow] = {}
@@ -209,7 +231,8 @@ def predictions(points: list[PointRow], model: str, instance: str | None, gpu: s
 
 
 def build(points: list[PointRow], x: str, y: str, slo: SLO, predicted: dict[str, PointRow] | None = None,
-          objective: str = "throughput", price_per_gpu_hour: float | None = None) -> ParetoView:
+          objective: str = "throughput", price_per_gpu_hour: float | None = None,
+          host_classes: dict[str, str] | None = None) -> ParetoView:
     ok = [p for p in points if p.status == "ok"]
     own = [p for p in ok if p.source == "knee"]
     imported = [p for p in ok if p.source != "knee"]
@@ -232,6 +255,7 @@ def build(points: list[PointRow], x: str, y: str, slo: SLO, predicted: dict[str,
         ax=axis_of(ok, x),
         ay=axis_of(ok, y),
         recommended=_recommended(ok, objective, slo, price_per_gpu_hour),
+        host_classes=dict(host_classes or {}),
     )
 
 

@@ -21,9 +21,11 @@ from typing import Any
 from core.results.follow import StudyFollower
 from core.results.store import StudyStore
 from core.spec.study import PointRow, TrialRow
+from tui.data.workers import WorkerView, point_host_names, read_workers
 
 SPARK_LEN = 60  # samples of tokens/s kept for the sparkline (15 s at the runner's 4 Hz)
 ROW_EVERY_S = 0.5  # how often the study row (status, runner pid, heartbeat) is re-read
+WORKERS_EVERY_S = 1.0  # how often the leases of joined workers are re-read (ages are in whole seconds)
 
 
 def _args(d: dict[str, Any]) -> str:
@@ -91,6 +93,8 @@ class SweepSnapshot:
     paused: bool = False  # the runner said "paused" and has not said "continued" since
     requested: str = "run"  # what the store asks the runner to do: run, pause or stop
     note: str = ""  # why a study the store calls running is interrupted ("runner pid 7 on h is gone")
+    workers: tuple[WorkerView, ...] = ()  # joined workers (knee sweep --join); () for one runner
+    point_hosts: dict[str, str] = field(default_factory=dict, compare=False)  # point id -> host, with workers
     log_paths: dict[int, str] = field(default_factory=dict, compare=False)
     events_per_trial: dict[int, tuple[str, ...]] = field(default_factory=dict, compare=False)
 
@@ -173,6 +177,9 @@ class SweepFollower:
         self._follow = StudyFollower(store, study, row_every_s=ROW_EVERY_S)
         self._pool: ThreadPoolExecutor | None = None
         self._snapshot: SweepSnapshot | None = None
+        self._workers: tuple[WorkerView, ...] = ()
+        self._workers_at = -1e9
+        self._point_hosts: dict[str, str] = {}
 
     def close(self) -> None:
         if self._pool is not None:
@@ -189,6 +196,9 @@ class SweepFollower:
         for e in events:
             self._seq = e.seq
             self._apply(e.kind, e.data)
+        if now - self._workers_at >= WORKERS_EVERY_S:
+            self._workers_at = now
+            self._workers = read_workers(self.store, self.study)
         prev = self._snapshot
         ended = status != "running" or not alive
         merged = False
@@ -208,7 +218,7 @@ class SweepFollower:
             self._reading = self._pool.submit(self._read_stored)
             self._last_full = now
         if (not events and not merged and prev is not None and prev.status == status and prev.runner_alive == alive
-                and prev.requested == self._requested):
+                and prev.requested == self._requested and prev.workers == self._workers):
             return None
         info = study.get("info", {})
         self._snapshot = SweepSnapshot(
@@ -223,6 +233,8 @@ class SweepFollower:
             rows=tuple(self._rows.values()),
             live=self._live,
             last_seq=self._seq,
+            workers=self._workers,
+            point_hosts=dict(self._point_hosts),
             log_paths=dict(self._log_paths),
             events_per_trial={k: tuple(v) for k, v in self._events.items()},
             paused=self._paused and alive,
@@ -234,6 +246,8 @@ class SweepFollower:
     def _read_stored(self) -> tuple[list[RowView], list[TrialRow], dict[int, int]]:
         trials = self.store.trials(self.study)
         points = self.store.points(self.study)
+        if self._workers:  # who stored each point: only a joined study has more than one host
+            self._point_hosts = point_host_names(self.store.point_hosts(self.study))
         counts: dict[int, int] = {}
         for p in points:
             counts[p.trial_id] = counts.get(p.trial_id, 0) + 1

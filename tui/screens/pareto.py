@@ -132,7 +132,11 @@ class ParetoScreen(KneeScreen):
             spec = store.spec(study)
         except KneeError:
             spec = None  # imported studies have no spec
-        info = row.get("info", {})
+        info = dict(row.get("info", {}))
+        if info.get("mixed_hardware"):  # joined workers on different GPU boxes: mark each point's class
+            from tui.data.workers import point_classes
+
+            info["host_classes"] = point_classes(points, store.point_hosts(study), store.trial_hosts(study))
         predicted = {}
         if spec is not None:
             # Predictions for the points the table can show (the best by either plotted
@@ -160,7 +164,7 @@ class ParetoScreen(KneeScreen):
         except KneeError:
             slo = parse_constraints("")
         self.view = build(m.points, self.x, self.y, slo, m.predicted, objective=m.info.get("objective") or "throughput",
-                          price_per_gpu_hour=m.info.get("price_per_gpu_hour"))
+                          price_per_gpu_hour=m.info.get("price_per_gpu_hour"), host_classes=m.info.get("host_classes"))
         self.table.show(self.view)
         self._show_selected()
 
@@ -198,6 +202,8 @@ class ParetoScreen(KneeScreen):
         # Rates on the title line and latencies on their own: each line fits 60 columns,
         # so none wraps in the middle of a "name value unit".
         tag = ["recommended"] if self.view is not None and p.point_id == self.view.recommended else []
+        if self.view is not None and self.view.classes and p.point_id in self.view.host_classes:
+            tag.append(self.view.host_classes[p.point_id])  # mixed hardware: which box measured it
         lines = [
             Content.assemble((f"trial {p.trial_id}", "bold"),
                              " · ".join(["", *tag, "simulated" if p.simulated else p.source, *rates])),

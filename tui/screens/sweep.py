@@ -7,6 +7,10 @@ until the user moves it (``f`` follows again). The sweep itself runs in its own 
 after the point in flight and continues it (a request in the study store, so it reaches a
 runner on another machine too), ``s`` stops it at once, ``r`` resumes a stopped one, and
 leaving the app leaves it running.
+
+A study several ``knee sweep --join`` workers share gains a worker table above the trials
+(who holds which configuration, heartbeat age, configurations done) and a host column in
+the trial table; a study run by one runner shows neither.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tui.screens.base import KneeScreen
 from tui.widgets.live_panel import LivePanel
 from tui.widgets.trial_log import TrialLog, read_tail
 from tui.widgets.trial_table import TrialTable
+from tui.widgets.worker_table import HOST_COLUMN, WorkerTable, sync_hosts
 
 
 class SweepScreen(KneeScreen):
@@ -70,6 +75,7 @@ class SweepScreen(KneeScreen):
             "(the sim engine takes seconds)\n[b]a[/b]  attach to the latest study in the workspace",
             id="sweep-empty",
         )
+        yield WorkerTable(id="workers")
         yield TrialTable(id="trials")
         with Horizontal(id="sweep-bottom"):
             with Vertical(id="sweep-live-col"):
@@ -97,11 +103,20 @@ class SweepScreen(KneeScreen):
         self.mode_bar.set_status(f"{snap.study} · {state}" + (" · runner gone, r resumes" if snap.note else ""))
         with self.app.batch_update():
             self.table.sync(snap.rows)
+            self._show_workers(snap)
         if self.follow_newest and self.table.row_count:
             newest = self._newest_key(snap)
             if newest is not None:
                 self.table.move_cursor(row=self.table.get_row_index(newest), scroll=True)
         self._show_log()
+
+    def _show_workers(self, snap: SweepSnapshot) -> None:
+        self.set_class(bool(snap.workers), "-workers")
+        self.query_one(WorkerTable).sync(snap.workers)
+        if snap.workers:
+            sync_hosts(self.table, snap.point_hosts)
+        elif HOST_COLUMN in self.table.columns:  # now following a study one runner ran
+            self.table.remove_column(HOST_COLUMN)
 
     @staticmethod
     def _newest_key(snap: SweepSnapshot) -> str | None:

@@ -33,7 +33,7 @@ from tui.data.pareto_canvas import (  # noqa: F401 - re-exported
     Ink,
     draw_chart,
 )
-from tui.data.pareto_view import Axis, ParetoView
+from tui.data.pareto_view import CLASS_GLYPHS, Axis, ParetoView
 from tui.widgets.safe_plot import SafePlot
 
 
@@ -208,6 +208,10 @@ def legend_items(view: ParetoView | None, selected: str | None) -> list[Content]
         items.append(Content.assemble((glyph, SELECTED), " selected"))
     if view.x_bound is not None or view.y_bound is not None:
         items.append(Content.assemble(("╌", SLO_STYLE), " SLO"))
+    # Mixed hardware: which shape is which GPU box, last so the marks' key stays first.
+    for label in view.classes:
+        glyph = CLASS_GLYPHS[view.classes.index(label) % len(CLASS_GLYPHS)]
+        items.append(Content.assemble((glyph, MARKERS["measured"][1]), f" {label}"))
     return items
 
 
