@@ -92,6 +92,11 @@ class EndpointBench:
     at_target: Probe | None  # the per-instance share of --target-rps, open loop
 
 
+
+def _verdict(p) -> str:
+    """One probe's outcome in words: it met the SLOs, or why not."""
+    return "meets the SLOs" if p.meets_slo else (p.reason or "misses: " + "; ".join(p.violations))
+
 def bench_endpoint(target, prompts: list, slo, *, seed: int, cap: int, prompts_per_probe: Callable[[int], int],
                    max_probes: int, target_rps: float | None, say: Callable[[str], None]) -> EndpointBench:
     """SLA search at the SLO edge, then the target rate when given."""
@@ -103,7 +108,7 @@ def bench_endpoint(target, prompts: list, slo, *, seed: int, cap: int, prompts_p
         p = run_probe(target, prompts, args, slo)
         probes.append(p)
         s = p.summary
-        verdict = "meets the SLOs" if p.meets_slo else (p.reason or "misses: " + "; ".join(p.violations))
+        verdict = _verdict(p)
         say(f"  c={c}: {s.get('request_throughput', 0):.2f} req/s, {s.get('output_throughput', 0):.0f} out tok/s, "
             f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}")
         return p.meets_slo
@@ -117,7 +122,7 @@ def bench_endpoint(target, prompts: list, slo, *, seed: int, cap: int, prompts_p
         at_target = run_probe(target, prompts, args, slo)
         probes.append(at_target)
         s = at_target.summary
-        verdict = "meets the SLOs" if at_target.meets_slo else (at_target.reason or "misses: " + "; ".join(at_target.violations))
+        verdict = _verdict(at_target)
         say(f"  {target_rps:g} req/s offered: {s.get('request_throughput', 0):.2f} req/s served, "
             f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}")
     return EndpointBench(probes, lo, hi, at_target)
