@@ -181,7 +181,7 @@ async def run_load(
                 await asyncio.sleep(PROGRESS_INTERVAL_S)
                 _report()
 
-        def _report(final: bool = False):
+        def _report():
             if on_progress is None:
                 return
             el = clock() - t0
@@ -253,7 +253,7 @@ async def run_load(
             await lag.stop()
         duration = clock() - t0
         cpu = (time.process_time() - cpu0) / duration if duration > 0 else 0.0
-        _report(final=True)
+        _report()
     finally:
         gc.set_threshold(*thresholds)
         gc.unfreeze()

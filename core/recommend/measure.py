@@ -166,10 +166,10 @@ def interrupts_as_keyboard(say: Say):
         return
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
-    def raise_(signum, frame):
+    def raise_(_signum, _frame):
         raise KeyboardInterrupt
 
-    def ignore(signum, frame):
+    def ignore(_signum, _frame):
         say("interrupt ignored: deleting the endpoints first (they cost money while they run)")
 
     def protect() -> None:

@@ -114,7 +114,7 @@ class RunControl:
             log.warning("could not reset the control request of %s: %s", self.study, e)
 
     # ---- signals ----------------------------------------------------------------------------
-    def _handler(self, signum, frame):  # noqa: ANN001
+    def _handler(self, signum, _frame):  # noqa: ANN001
         if self._interrupt_signal is not None:
             return  # already stopping: a second Ctrl-C must not cut the teardown short
         self._interrupt_signal = signum

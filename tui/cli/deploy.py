@@ -247,7 +247,7 @@ def run_plan(args) -> int:
 
 
 # ---- apply / delete / status / scale ------------------------------------------------------------
-def _printer(json_mode: bool):
+def _printer():
     def on_event(ev) -> None:
         # Progress goes to stderr so that --json output stays parseable.
         print(f"[{ev.elapsed_s:7.1f}s] {ev.message}", file=sys.stderr, flush=True)
@@ -281,7 +281,7 @@ def run_apply(args) -> int:
         sys.stdout.flush()
     confirm(f"Create {len(plan.calls)} SageMaker resources in {plan.region} "
              f"(about {'$%.2f/h' % plan.sizing.cost_per_hour if plan.sizing.cost_per_hour else 'unknown cost'})?", args.yes)
-    result = apply_plan(plan, confirmed=True, progress=_printer(args.json),
+    result = apply_plan(plan, confirmed=True, progress=_printer(),
                         options=_options(args, smoke_test=not args.no_smoke_test, rollback=not args.no_rollback))
     if args.json:
         print_json(result)
@@ -300,7 +300,7 @@ def run_delete(args) -> int:
     from core.deploy import delete_deployment
 
     confirm(f"Delete deployment {args.name} in {_region(args)}?", args.yes)
-    result = delete_deployment(args.name, confirmed=True, region=_region(args), progress=_printer(args.json),
+    result = delete_deployment(args.name, confirmed=True, region=_region(args), progress=_printer(),
                                options=_options(args), force=args.force)
     if args.json:
         print_json(result)
@@ -338,7 +338,7 @@ def run_scale(args) -> int:
     from core.deploy import scale_deployment
 
     st = scale_deployment(args.name, copies=args.copies, instances=args.instances, region=_region(args),
-                          progress=_printer(args.json), options=_options(args))
+                          progress=_printer(), options=_options(args))
     if args.json:
         print_json(st)
     else:

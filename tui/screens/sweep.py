@@ -171,7 +171,7 @@ class SweepScreen(KneeScreen):
         if self.knee.sweep is not None:
             self._sweep_changed(self.knee.sweep)
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+    def check_action(self, action: str, _parameters: tuple[object, ...]) -> bool | None:
         if action in ("pause", "proceed"):
             snap = self.knee.sweep
             held = snap is not None and snap.running and snap.requested == "pause"

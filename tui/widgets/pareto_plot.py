@@ -245,7 +245,7 @@ class ParetoLegend(Widget):
         self.items = items
         self.refresh(layout=True)
 
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+    def get_content_height(self, _container: Size, _viewport: Size, width: int) -> int:
         return max(1, len(wrap_items(self.items, width)))
 
     def render(self) -> RenderResult:
