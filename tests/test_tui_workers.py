@@ -121,6 +121,12 @@ async def test_pareto_of_a_mixed_hardware_study_marks_each_hardware_class(joined
         legend = " ".join(str(i) for i in screen.query_one(ParetoLegend).items)
         assert "H100 x8" in legend and "A100 x4" in legend
         assert any(g in screen.plot.chart.ansi for g in glyphs - {"●"})  # drawn, not only listed
+        # The point table's first column carries the same shape as the chart.
+        from tui.widgets.point_table import PointTable
+
+        table = screen.query_one(PointTable)
+        first = {str(table.get_row_at(i)[0]) for i in range(table.row_count)}
+        assert first & (glyphs - {"●"})
 
 
 async def test_pareto_of_a_study_on_one_kind_of_box_has_no_hardware_key(joined_storage):

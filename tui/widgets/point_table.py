@@ -71,7 +71,10 @@ class PointTable(DataTable):
         ok, bad = rich_style("$text-success", variables), rich_style("$text-error", variables)
         for key in keys:
             p, d = view.points[key], dots.get(key)
-            glyph, style = MARKERS[view.marker(key)]
+            kind = view.marker(key)
+            glyph, style = MARKERS[kind]
+            if kind in ("measured", "frontier"):  # on mixed hardware, the class's shape, as on the chart
+                glyph = view.class_glyph(key) or glyph
             cells = [Text(glyph, rich_style(style, variables)),
                      Text(view.ax.fmt(d.x if d else None), justify="right"),
                      Text(view.ay.fmt(d.y if d else None), justify="right")]
