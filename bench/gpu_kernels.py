@@ -125,14 +125,22 @@ def linear_sweep(torch, peak: dict, out: list, fp8: bool) -> None:
 SHARD_MODELS = {"8b": (4096, 14336, 32, 8), "70b": (8192, 28672, 64, 8)}
 
 
+def shard_shapes(model: str, tp: int) -> list[tuple[int, int]]:
+    """(out, in) of one TP shard's four linear maps of a layer of ``SHARD_MODELS[model]``:
+    QKV and gate/up split by output columns, O and down by input rows (vLLM's column- and
+    row-parallel layers); a KV head is replicated when TP exceeds the KV heads."""
+    hidden, inter, heads, kv = SHARD_MODELS[model]
+    qkv_out = (heads // tp + 2 * max(kv // tp, 1)) * HEAD_DIM
+    return [(qkv_out, hidden), (hidden, heads // tp * HEAD_DIM), (2 * inter // tp, hidden), (hidden, inter // tp)]
+
+
 def shard_sweep(torch, peak: dict, out: list) -> None:
     """Weight-streaming bandwidth of one TP shard's GEMMs (QKV and gate/up split by output
     columns, O and down by input rows, as vLLM's column/row-parallel layers do): the narrower
     the matrices, the further below peak a decode step streams them."""
-    for name, (hidden, inter, heads, kv, ) in SHARD_MODELS.items():
+    for name in SHARD_MODELS:
         for tp in (1, 2, 4, 8):
-            qkv_out = (heads // tp + 2 * max(kv // tp, 1)) * HEAD_DIM
-            shapes = [(qkv_out, hidden), (hidden, heads // tp * HEAD_DIM), (2 * inter // tp, hidden), (hidden, inter // tp)]
+            shapes = shard_shapes(name, tp)
             per_layer = sum(a * b * 2 for a, b in shapes)
             layers = max(4, int(8e9 // per_layer))  # ~8 GB of weights: far beyond L2
             weights = [torch.empty(a, b, dtype=torch.bfloat16, device="cuda").normal_(std=0.02)

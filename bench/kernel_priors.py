@@ -24,19 +24,14 @@ import json
 import statistics
 from pathlib import Path
 
+from bench.gpu_kernels import shard_shapes
+
 DATA = Path(__file__).parent / "data"
 # GPU name in the file -> calibration.toml architecture
 ARCHITECTURE = {"H100-SXM": "hopper", "H200": "hopper"}
-# Llama-3.1 8B / 70B: hidden, intermediate, query heads, KV heads (bench/gpu_kernels.py)
-_SHARD_MODELS = {"8b": (4096, 14336, 32, 8), "70b": (8192, 28672, 64, 8)}
-_HEAD_DIM = 128
-
-
 def _shard_bytes(model: str, tp: int) -> int:
-    hidden, inter, heads, kv = _SHARD_MODELS[model]
-    shapes = [((heads // tp + 2 * max(kv // tp, 1)) * _HEAD_DIM, hidden), (hidden, heads // tp * _HEAD_DIM),
-              (2 * inter // tp, hidden), (hidden, inter // tp)]
-    return sum(a * b * 2 for a, b in shapes)
+    """Bytes of one TP shard's linear weights per layer (bf16), as bench/gpu_kernels.py measured them."""
+    return sum(a * b * 2 for a, b in shard_shapes(model, tp))
 
 
 def asymptotic_bandwidth(doc: dict) -> tuple[float, float] | None:

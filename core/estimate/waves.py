@@ -25,6 +25,20 @@ def synchronized(shape: Shape) -> bool:
     return is_fixed(shape.input) and is_fixed(shape.output)
 
 
+def prefill_tokens_per_step(shape: Shape, Ic: float, budget: int) -> float:
+    """Prompt tokens one prefill step takes: the whole budget with chunked prefill; without it,
+    as many whole prompts of ``Ic`` computed tokens as fit (a longer prompt takes the budget)."""
+    if shape.chunked:
+        return float(budget)
+    return max(1.0, budget // max(int(Ic), 1)) * Ic if Ic <= budget else float(budget)
+
+
+def prefill_step_seconds(cm: CostModel, p: float, I: float, cached: float, Ic: float) -> float:
+    """One step prefilling ``p`` prompt tokens of ``I``-token prompts whose first ``cached``
+    tokens the prefix cache serves (``Ic`` computed per prompt)."""
+    return cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
+
+
 def wave(shape: Shape, cfg: ServerConfig, cm: CostModel, concurrency: float, cap: float, cap_reason: str,
          budget: int, seqs: int, cached: float) -> Prediction:
     """Closed loop with fixed lengths: the requests stay in lock-step waves (they start
@@ -39,13 +53,10 @@ def wave(shape: Shape, cfg: ServerConfig, cm: CostModel, concurrency: float, cap
     ovh, tail = cm.request_overhead_s, cm.output_token_overhead_s * O
     Ic = I - cached  # prompt tokens each request computes (the rest are prefix-cache hits)
     tokens = w * Ic
-    if shape.chunked:
-        per_step = float(budget)
-    else:
-        per_step = max(1.0, budget // max(int(Ic), 1)) * Ic if Ic <= budget else float(budget)
+    per_step = prefill_tokens_per_step(shape, Ic, budget)
     steps_pf = max(1, math.ceil(tokens / per_step - 1e-9))
     p = tokens / steps_pf
-    t_pf = cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
+    t_pf = prefill_step_seconds(cm, p, I, cached, Ic)
     ctx = I + dec / 2.0
     t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
     prefill_all = steps_pf * t_pf
@@ -133,12 +144,9 @@ def prefill_storm(shape: Shape, cm: CostModel, prompts: float, budget: int, cach
     I = shape.input_len
     Ic = max(I - cached, 1.0)
     tokens = prompts * Ic
-    if shape.chunked:
-        per_step = float(budget)
-    else:
-        per_step = max(1.0, budget // max(int(Ic), 1)) * Ic if Ic <= budget else float(budget)
+    per_step = prefill_tokens_per_step(shape, Ic, budget)
     if tokens <= per_step:
         return 0.0
     p = per_step
-    t_pf = cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
+    t_pf = prefill_step_seconds(cm, p, I, cached, Ic)
     return math.ceil(tokens / p - 1e-9) * t_pf
