@@ -99,6 +99,30 @@ def _check_sqlite_file(path: Path) -> None:
         raise BadInput(f"{path} is a SQLite database but not a knee study store", "point --workspace elsewhere")
 
 
+def _use_wal(path: Path, wait_s: float = 30.0) -> None:
+    """Put the SQLite file in WAL mode, so that readers (the TUI, knee attach) never block the
+    runner's writes. Two processes that create one new file at once (two workers started
+    together) both read it and then both need it exclusively; SQLite answers one of them
+    "database is locked" at once, without its busy timeout (a deadlock it refuses to wait on).
+    That one simply tries again."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.02
+    while True:
+        con = sqlite3.connect(str(path), timeout=wait_s)
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() > deadline:
+                raise BadInput(f"study store {path} cannot be opened ({e})") from None
+        except sqlite3.DatabaseError as e:
+            raise BadInput(f"study store {path} cannot be opened ({e})") from None
+        finally:
+            con.close()
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
 class StudyStore(EventLog, WorkerRecords):
     """Access to one store. Thread-safe; every method is one short transaction. The event
     stream's methods come from :class:`EventLog`, the several-workers reads from
@@ -120,14 +144,7 @@ class StudyStore(EventLog, WorkerRecords):
                 if not create:
                     raise BadInput(f"no study store at {self.path}", "run knee sweep first, or pass --workspace")
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            # WAL: readers (the TUI, knee attach) never block the runner's writes.
-            con = sqlite3.connect(str(self.path), timeout=30)
-            try:
-                con.execute("PRAGMA journal_mode=WAL")
-            except sqlite3.DatabaseError as e:
-                raise BadInput(f"study store {self.path} cannot be opened ({e})") from None
-            finally:
-                con.close()
+            _use_wal(self.path)
             self.engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
             @sa.event.listens_for(self.engine, "connect")

@@ -77,7 +77,10 @@ def default_study_name(spec: SweepSpec) -> str:
     return f"{short}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def create_study(store, spec: SweepSpec, name: str | None = None) -> str:
+def create_study(store, spec: SweepSpec, name: str | None = None, extra_info: dict[str, Any] | None = None) -> str:
+    """Create study ``name`` from ``spec``. ``extra_info`` goes into the study's info in the
+    same insert, so that no other process ever reads the study without it (a joining worker
+    reads ``join`` and ``hardware`` the moment the row exists)."""
     from core.catalog import resolve_hardware
 
     name = name or default_study_name(spec)
@@ -85,14 +88,14 @@ def create_study(store, spec: SweepSpec, name: str | None = None) -> str:
     try:
         if spec.instance or spec.gpu:
             hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance)
-            info["hardware"] = hw.label
+            info["hardware_label"] = hw.label
             info["gpu_type"] = hw.gpu.name
             info["gpu_count"] = hw.num_gpus
             if hw.instance and hw.instance.price_per_hour:
                 info["price_per_gpu_hour"] = hw.instance.price_per_hour / hw.instance.num_gpus
     except BadInput:
         raise
-    store.create_study(name, spec, spec.model, info=info)
+    store.create_study(name, spec, spec.model, info={**info, **(extra_info or {})})
     return name
 
 

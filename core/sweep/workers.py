@@ -132,21 +132,19 @@ def join_study(store: StudyStore, spec: SweepSpec, name: str, allow_mixed_hardwa
         raise BadInput("--join runs the grid and sla strategies; adaptive search across workers is not there yet", "pass --strategy grid or sla")
     if spec.parallel:
         raise BadInput("--join and --parallel do not mix", "run one worker per GPU set with --gpus instead")
-    created = False
+    mine = box_hardware(spec)
     if store.study(name) is None:
         try:
-            create_study(store, spec, name)
-            created = True
+            # The join marker and the hardware go in with the row itself: a worker that joins
+            # a moment later must never see the study without them.
+            create_study(store, spec, name, extra_info={"join": True, "hardware": mine})
+            return spec, True
         except (BadInput, sa.exc.IntegrityError):
             pass  # another worker created it a moment ago: join it
     row = store.study(name)
     if row is None or not row.get("spec"):
         raise BadInput(f"study {name!r} was imported; there is nothing to run")
     info = row.get("info") or {}
-    mine = box_hardware(spec)
-    if created:
-        store.set_study(name, info={**info, "join": True, "hardware": mine})
-        return spec, True
     stored = store.spec(name)
     diffs = spec_differences(stored, spec)
     if diffs:
@@ -155,12 +153,14 @@ def join_study(store: StudyStore, spec: SweepSpec, name: str, allow_mixed_hardwa
     if not info.get("join") and runner_alive(row):
         raise BadInput(f"study {name!r} is being run by a single runner (pid {row['runner_pid']} on {row.get('runner_host')}), not by --join workers",
                        "wait for it, or stop it and start the workers with --join")
-    study_hw = info.get("hardware") or box_hardware(stored)
+    study_hw = info.get("hardware")
+    if not isinstance(study_hw, dict):  # a study a single runner created (or an earlier knee, which kept a label here)
+        study_hw = box_hardware(stored)
     differs = hardware_difference(study_hw, mine)
     if differs and not allow_mixed_hardware:
         raise BadInput(f"cannot join study {name!r}: {differs}",
                        "run this worker on hardware like the study's, or pass --allow-mixed-hardware to join anyway")
-    if not info.get("join") or "hardware" not in info or (differs and not info.get("mixed_hardware")):
+    if not info.get("join") or not isinstance(info.get("hardware"), dict) or (differs and not info.get("mixed_hardware")):
         store.set_study(name, info={**info, "join": True, "hardware": study_hw, **({"mixed_hardware": True} if differs else {})})
     return local_spec(stored, spec), False
 
