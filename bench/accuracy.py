@@ -87,7 +87,7 @@ def predict_knee(row: dict, arch, gpu=None) -> dict:
     cfg = p.config(tp, dp, extra_args=R.extra_args(notes), **knobs)
     mode = w.get("mode")
     if mode == "online-concurrency":
-        pred = p.predict(cfg, concurrency=float(w["concurrency"]))
+        pred = p.predict(cfg, concurrency=float(w["concurrency"]), num_prompts=n_prompts)
     elif mode == "online-rate":
         pred = p.predict(
             cfg, request_rate=float(w["request_rate"]), concurrency=w.get("concurrency"), num_prompts=n_prompts,
@@ -190,14 +190,17 @@ def summarize(results, skipped, total) -> dict:
     s = {
         "rows": total,
         "predicted": sum(1 for r in results if r["knee"]),
-        "skipped": len(skipped),
+        # A row the estimator refuses (the model does not fit the row's GPUs) is not
+        # predicted either; it is counted and listed with the estimator's reason.
+        "skipped": len(skipped) + sum(1 for r in results if not r["knee"]),
         "llm_optimizer_covered": sum(1 for r in results if r["llm_optimizer"]),
         "knee": R.median_apes(results, "ape_knee"),
         "knee_on_lo_rows": R.median_apes(results, "ape_knee", covered_lo),
         "llm_optimizer": R.median_apes(results, "ape_lo"),
         "by_gpu": {},
         "by_engine": {},
-        "skipped_reasons": [f"{x['id']}: {x['reason']}" for x in skipped],
+        "skipped_reasons": [f"{x['id']}: {x['reason']}" for x in skipped]
+        + [f"{r['id']}: knee refused it: {r['knee_error']}" for r in results if not r["knee"]],
     }
     for group, field in (("by_gpu", "gpu"), ("by_engine", "engine_name")):
         keys = sorted({r[field] for r in results})
@@ -254,11 +257,11 @@ def print_report(rep: dict, quiet: bool = False) -> None:
             why = f"  [llm-optimizer: {r['llm_optimizer_error']}]" if r["llm_optimizer_error"] else ""
             why += f"  [knee: {r['knee_error']}]" if r["knee_error"] else ""
             print(f"  {r['id']:11} {r['gpu']:9} {r['engine']:18} {r['mode'][:14]:14} " + "; ".join(parts) + why)
-    if rep["skipped"]:
+    if s["skipped_reasons"]:
         # Also with --quiet: a row left out changes what the medians cover.
-        print(f"Not predicted ({len(rep['skipped'])} rows):")
-        for x in rep["skipped"]:
-            print(f"  {x['id']}: {x['reason']}")
+        print(f"Not predicted ({len(s['skipped_reasons'])} rows):")
+        for why in s["skipped_reasons"]:
+            print(f"  {why}")
     if not quiet:
         print()
 

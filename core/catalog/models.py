@@ -264,9 +264,17 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
     shared = num.get("shared_expert_intermediate_size", default=0, minimum=0)
     if cfg.get("n_shared_experts"):
         shared = num.get("n_shared_experts", minimum=0) * moe_inter
+    if model_type == "llama4_text" and experts:
+        # Llama 4 (transformers Llama4TextConfig): each routed expert and the one shared
+        # expert are intermediate_size wide; the dense layers between MoE layers (Maverick)
+        # use intermediate_size_mlp.
+        moe_inter = shared = inter
+        inter = num.get("intermediate_size_mlp", default=inter)
     moe_layers: tuple[int, ...] = ()
     if experts > 0 and top_k > 0:
-        step = num.get("decoder_sparse_step", default=1)
+        # Qwen2-MoE's decoder_sparse_step and Llama 4's interleave_moe_layer_step mean the
+        # same: layer i is MoE when (i + 1) % step == 0.
+        step = num.get("decoder_sparse_step", "interleave_moe_layer_step", default=1)
         dense_only = set(cfg.get("mlp_only_layers") or [])
         first_dense = num.get("first_k_dense_replace", default=0, minimum=0)
         moe_layers = tuple(

@@ -244,7 +244,8 @@ class Predictor:
 
         ms = multi_step(cfg)
         if request_rate is None and self.synchronized and concurrency / dp > 1.0:
-            return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached)
+            return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached,
+                        num_prompts or self.workload.num_prompts)
         if request_rate is None:
             c = concurrency / dp
             n = min(c, cap)

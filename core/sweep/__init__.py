@@ -55,9 +55,11 @@ def build_spec(
             return v
         return parse_args(v, side=side, framework=framework)
 
-    eng = engine if isinstance(engine, EngineSpec) else EngineSpec(kind=engine)
+    # model_validate: engine and framework arrive as plain strings (the CLI's) that pydantic
+    # checks against the Literal kinds here, as the constructor would.
+    eng = engine if isinstance(engine, EngineSpec) else EngineSpec.model_validate({"kind": engine})
     parse_constraints(constraints)  # fail early on bad grammar
-    spec = SweepSpec(
+    spec = SweepSpec.model_validate(dict(
         model=model,
         engine=eng,
         framework=framework,
@@ -65,7 +67,7 @@ def build_spec(
         client_sets=sets_to_json(sets(client_args, "client")),
         constraints=constraints or "",
         **kw,
-    )
+    ))
     plans = plan_trials(spec)  # validates every combination
     if not plans:
         raise BadInput("the search space is empty")
@@ -97,6 +99,13 @@ def create_study(store, spec: SweepSpec, name: str | None = None, extra_info: di
         raise
     store.create_study(name, spec, spec.model, info={**info, **(extra_info or {})})
     return name
+
+
+def hardware_label(info: dict[str, Any]) -> str:
+    """The words for what a study runs on: its label ("ml.g6.12xlarge (4x L4)"), kept under
+    ``hardware`` by studies of an earlier knee; "" when the study named no hardware."""
+    label = info.get("hardware_label") or info.get("hardware")
+    return label if isinstance(label, str) else ""
 
 
 def start_detached(storage: str, study: str, workspace: str | None = None, log_path: str | os.PathLike | None = None) -> int:

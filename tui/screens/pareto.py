@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Static
 
 from core.errors import KneeError
 from core.spec.slo import parse_constraints
+from core.sweep import hardware_label
 from tui.data.pareto_view import (
     METRICS,
     PRESETS,
@@ -241,7 +242,7 @@ class ParetoScreen(KneeScreen):
             return
         self.knee.selection = Selection(point=p, model=m.info.get("model") or self.knee.plan.model,
                                         gpu=m.info.get("gpu_type"), instance=self.knee.plan.instance,
-                                        hardware=m.info.get("hardware", ""))
+                                        hardware=hardware_label(m.info))
         self.app.switch_mode("deploy")
 
 
