@@ -97,3 +97,26 @@ def test_a_second_region_ranks_on_its_own_prices(capsys):
     assert d["rows"] and all(r["price_note"].startswith("us-west-2") for r in d["rows"] if r.get("price_note"))
     unpriced = {e["instance"]: e["excluded"] for e in d["excluded"] if "price unknown" in e["excluded"]}
     assert unpriced and all("in us-west-2" in why for why in unpriced.values())
+
+
+def test_p_family_prices_found_rank_and_the_unfound_stay_excluded(capsys):
+    """The P-family prices found for issue 13 (p4de, p5.4xlarge: a dated 2026 us-east-1 list
+    price) put those types in the cost ranking; the types with no price found anywhere
+    (p5e, p6-b200) stay excluded as price unknown, never guessed; p5en keeps its us-east-2
+    price, named as such."""
+    d = run_json(capsys, *WALKTHROUGH, "--goal", "cost", "--instances", "ml.p*", "--all-layouts")
+    priced = {r["instance"]: r["usd_per_hour"] for r in d["rows"]}
+    assert priced["ml.p4de.24xlarge"] == pytest.approx(31.5641) and priced["ml.p5.4xlarge"] == pytest.approx(7.912)
+    unpriced = {e["instance"] for e in d["excluded"] if e["excluded"].startswith("price unknown")}
+    assert {"ml.p5e.48xlarge", "ml.p6-b200.48xlarge"} <= unpriced
+    p5en = next(r for r in d["rows"] if r["instance"] == "ml.p5en.48xlarge")
+    assert p5en["usd_per_hour"] == pytest.approx(72.795) and p5en["price_note"].startswith("us-east-2")
+    table = instances()
+    for name in ("ml.p4de.24xlarge", "ml.p5.4xlarge"):
+        inst = table[name]
+        assert inst.price_date == "2026-09-27" and "70282000957" in inst.price_source and "price_per_hour" in inst.uncertain
+    # The GPUs and counts the ranking sizes with: 8x H200 (p5e, p5en), 8x B200, 1x H100.
+    assert {n: (table[n].gpu, table[n].num_gpus) for n in ("ml.p5e.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge",
+                                                          "ml.p5.4xlarge")} == {
+        "ml.p5e.48xlarge": ("H200", 8), "ml.p5en.48xlarge": ("H200", 8), "ml.p6-b200.48xlarge": ("B200", 8),
+        "ml.p5.4xlarge": ("H100-SXM", 1)}

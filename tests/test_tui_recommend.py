@@ -264,3 +264,36 @@ def test_chart_draws_every_point_the_frontier_and_the_target():
     # One point, or all points at one cost: still a chart, not an exception.
     one = ChartData((Point("a", 3, 0.7, ""),), (Point("a", 3, 0.7, ""),), None, 0)
     assert "●" in "".join(c.char for row in parse_ansi(draw(one, None, 40, 8)) for c in row)
+
+
+# ---- the Measure action's data (tui/data/recommend_measure.py; the flow: test_tui_recommend_measure.py)
+
+@pytest.mark.parametrize("n, role, region, msg", [
+    ("x", "arn:aws:iam::123456789012:role/R", "us-east-1", "N must be a whole number, got 'x'"),
+    ("0", "arn:aws:iam::123456789012:role/R", "us-east-1", "N must be at least 1"),
+    ("2", " ", "us-east-1", "enter the SageMaker execution role"),
+    ("2", "not-an-arn", "us-east-1", "bad role 'not-an-arn'"),
+    ("2", "arn:aws:iam::123456789012:role/R", "us-nowhere-1", "unknown region 'us-nowhere-1'"),
+])
+def test_measure_dialog_answers_are_checked_by_core(n, role, region, msg, tmp_path):
+    from tui.data.recommend_measure import measure_options
+
+    opts, why = measure_options(n, role, region, storage=str(tmp_path / "k.db"))
+    assert opts is None and msg in why and "--" not in why  # the dialog's words, not the CLI's flags
+
+
+def test_measure_defaults_and_progress_stages(tmp_path):
+    from tui.data.recommend_measure import Progress, measure_options
+
+    opts, why = measure_options("", "arn:aws:iam::123456789012:role/R", "", storage=str(tmp_path / "k.db"),
+                                poll_interval_s=0.5, overrides={"max_concurrency": 4})
+    assert why is None and (opts.n, opts.region, opts.poll_interval_s, opts.max_concurrency) == (3, "us-east-1", 0.5, 4)
+    p = Progress(stages={"knee-m1-1-g6-xlarge": "planned"}, labels={"knee-m1-1-g6-xlarge": "g6.xlarge TP1×1"})
+    seen = []
+    for line in ("deploying knee-m1-1-g6-xlarge (ml.g6.xlarge, TP1 x 1)", "ready: knee-m1-1-g6-xlarge after 3 s",
+                 "benchmarking knee-m1-1-g6-xlarge (ml.g6.xlarge, TP1 x 1): SLA search from c=4", "measuring c=4 (16 requests)",
+                 "deleting knee-m1-1-g6-xlarge", "deleted knee-m1-1-g6-xlarge (4 resource(s))", "deploying knee-other-2"):
+        p.read(line)
+        seen.append(p.stages["knee-m1-1-g6-xlarge"])
+    assert seen == ["deploying", "ready", "benchmarking", "benchmarking", "deleting", "deleted", "deleted"]
+    assert p.lines() == ["deleted      g6.xlarge TP1×1  knee-m1-1-g6-xlarge"]

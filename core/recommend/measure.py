@@ -14,6 +14,10 @@ Order of work, and why:
    cannot leave endpoints behind). A deployment in flight is cancelled and rolls back what it
    created; then ``delete_deployment`` runs on every planned name (a no-op where nothing is
    left); what still exists after that is named with the command that deletes it.
+5. A caller without signals (the TUI runs this in a worker thread) passes ``cancel``: setting it
+   raises :class:`Cancelled` (a KeyboardInterrupt) at the next check, and the same teardown runs.
+   Checked every 0.5 s while deploying, and between load points while benchmarking (a load
+   point in flight runs to its end).
 """
 
 from __future__ import annotations
@@ -150,6 +154,15 @@ def cost_estimate(finals: list[Finalist], opts: MeasureOptions) -> CostEstimate:
     return CostEstimate(None if unpriced else usd, minutes, unpriced)
 
 
+class Cancelled(KeyboardInterrupt):
+    """The caller set ``cancel``: handled exactly like Ctrl-C (teardown, study "interrupted")."""
+
+
+def _check(cancel: threading.Event) -> None:
+    if cancel.is_set():
+        raise Cancelled
+
+
 @dataclass
 class MeasureResult:
     study: str
@@ -209,8 +222,9 @@ def _deploy_all(finals: list[Finalist], clients, opts: MeasureOptions, ops: Depl
     try:
         pending = set(jobs)
         while pending:
-            # A timeout keeps the main thread able to take SIGINT between waits.
+            # A timeout keeps the main thread able to take SIGINT (and a caller's cancel) between waits.
             done, pending = futures.wait(pending, timeout=0.5, return_when=futures.FIRST_EXCEPTION)
+            _check(cancel)  # before the failures: a cancelled deployment fails because it was cancelled
             for j in done:
                 if j.exception() is not None:
                     f = jobs[j]
@@ -248,10 +262,11 @@ def leftover_lines(left: list[str], region: str) -> list[str]:
 
 
 def measure(req, finals: list[Finalist], opts: MeasureOptions, ops: DeployOps, *, clients=None, store=None, say: Say = print,
-            protect: Callable[[], None] = lambda: None) -> MeasureResult:
+            protect: Callable[[], None] = lambda: None, cancel: threading.Event | None = None) -> MeasureResult:
     """Deploy, benchmark, store and delete (see the module docstring). The caller has shown
     :func:`cost_estimate` and the user agreed. Raises RunFailed (after teardown) when a
-    deployment fails; KeyboardInterrupt passes through after teardown."""
+    deployment fails; KeyboardInterrupt (or :class:`Cancelled`, once ``cancel`` is set) passes
+    through after teardown."""
     from core.load.datasets import load_tokenizer, make_prompts
     from core.load.sagemaker import SageMakerTarget
     from core.recommend.measured_study import create_study, measured_row, rank_measured, store_finalist
@@ -267,7 +282,7 @@ def measure(req, finals: list[Finalist], opts: MeasureOptions, ops: DeployOps, *
     slo = parse_constraints(req.constraints)
     names = [f.plan.name for f in finals]
     alive = set(names)
-    cancel = threading.Event()
+    cancel = cancel if cancel is not None else threading.Event()
     rows = []
     status = "failed"
     # Prompts first: nothing is billed yet, and a problem here creates nothing.
@@ -276,6 +291,7 @@ def measure(req, finals: list[Finalist], opts: MeasureOptions, ops: DeployOps, *
     try:
         _deploy_all(finals, clients, opts, ops, cancel, say, protect)
         for f in finals:
+            _check(cancel)
             c, p = f.cand, f.plan
             fmt = "lmi" if p.container == "lmi" else "vllm"
             target = SageMakerTarget(p.endpoint_name, model=req.model, fmt=fmt, region=opts.region,
@@ -284,7 +300,7 @@ def measure(req, finals: list[Finalist], opts: MeasureOptions, ops: DeployOps, *
             share = req.target_rps / c.instances_needed if req.target_rps and c.instances_needed else None
             bench = bench_endpoint(target, prompts, slo, seed=max(1, c.concurrency), cap=opts.max_concurrency,
                                    prompts_per_probe=opts.prompts_for, max_probes=opts.max_probes,
-                                   target_rps=share, say=lambda s: say("  " + s))
+                                   target_rps=share, say=lambda s: (_check(cancel), say("  " + s)))
             tid = store_finalist(store, study, c, p.endpoint_name, bench)
             rows.append(measured_row(c, tid, bench, req.target_rps))
             say(f"deleting {p.endpoint_name}")

@@ -6,7 +6,8 @@ A ranked table (each instance's best layout, or every layout with ``a``), a char
 1M output tokens against capacity with the frontier, the highlighted row in full, and the
 excluded instances with their reasons. Enter puts the highlighted row's instance into the
 plan; Estimate, Sweep and Deploy then work on it. The ranking takes a fraction of a second,
-but it runs in a worker so typing a target never stutters.
+but it runs in a worker so typing a target never stutters. ``m`` measures the top N rows on
+SageMaker itself and ranks them again by what it measured (tui/screens/recommend_measure.py).
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from tui.data.recommend import (
     rows,
     summary,
 )
-from tui.screens.base import KneeScreen
+from tui.data.recommend_measure import measured_rows, measured_summary
+from tui.screens.recommend_measure import MeasureMixin
 from tui.widgets.point_table import rich_style
+from tui.widgets.measure_progress import MeasureProgress
 from tui.widgets.recommend_plot import FRONTIER, POINT, RecommendPlot
 
 COLUMNS = (("#", "rank"), ("instance", "instance"), ("layout", "layout"), ("n", "count"),
@@ -58,7 +61,7 @@ class RecommendFailed(Message):
     error: str
 
 
-class RecommendScreen(KneeScreen):
+class RecommendScreen(MeasureMixin):
     MODE = "recommend"
     # The table first: Enter picks a row and the digits switch modes (a field would type them).
     AUTO_FOCUS = "#rec-table"
@@ -66,7 +69,11 @@ class RecommendScreen(KneeScreen):
         Binding("o", "cycle_goal", "Goal"),
         Binding("a", "toggle_layouts", "All layouts"),
         Binding("e", "toggle_excluded", "Excluded"),
+        Binding("m", "measure", "Measure top N on SageMaker"),
         Binding("escape", "leave_field", "Leave field", show=False),
+        # While measuring: cancel (core tears every endpoint down), and no quitting past it.
+        Binding("ctrl+c", "cancel_measure", "Cancel measurement", show=False),
+        Binding("q", "quit_unless_measuring", "Quit"),
     ]
 
     def __init__(self) -> None:
@@ -77,6 +84,7 @@ class RecommendScreen(KneeScreen):
         self._request: RecommendRequest | None = None  # the one asked for last
         self._plan_rate: float | None = None  # the plan's target rate last put in the field
         self._rows: dict[str, Row] = {}
+        self._measure_init()
 
     # ---- accessors ----------------------------------------------------------------------
     @property
@@ -108,6 +116,7 @@ class RecommendScreen(KneeScreen):
                 yield table
                 yield RecommendPlot(id="rec-plot")
             yield Static("", id="rec-detail", markup=False)
+            yield MeasureProgress(id="rec-measure")
             with Collapsible(title="Excluded", id="rec-excluded"):
                 with VerticalScroll(id="rec-excluded-scroll"):
                     yield Static("", id="rec-excluded-list", markup=False)
@@ -148,6 +157,7 @@ class RecommendScreen(KneeScreen):
         if req == self._request:
             return
         self._request = req
+        self._measure_request_changed()  # measured for another request: the estimates again
         self.table.loading = True
         self.compute(req)
 
@@ -194,7 +204,11 @@ class RecommendScreen(KneeScreen):
             return
         table = self.table
         before = self.selected_key() if keep_cursor else None
-        shown = rows(self.rec, self.all_layouts, self.chart.frontier_keys)
+        if self.measured is not None:
+            shown = measured_rows(self.measured)
+            self.query_one("#rec-summary", Static).update(measured_summary(self.measured, self.measured_region, self.goal))
+        else:
+            shown = rows(self.rec, self.all_layouts, self.chart.frontier_keys)
         self._rows = {r.key: r for r in shown}
         v = self.app.theme_variables
         mark = {True: (FRONTIER[0], rich_style(FRONTIER[1], v)), False: (POINT[0], rich_style(POINT[1], v))}
@@ -262,4 +276,5 @@ class RecommendScreen(KneeScreen):
         c.collapsed = not c.collapsed
 
     def action_leave_field(self) -> None:
-        self.table.focus()
+        if not self.action_cancel_measure():
+            self.table.focus()
