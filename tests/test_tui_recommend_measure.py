@@ -141,6 +141,9 @@ async def test_escape_while_measuring_tears_every_endpoint_down(aws, tmp_path, m
             await pilot.press("q")  # held: quitting now would leave them billed
             await pilot.pause()
             assert app.is_running and screen.measuring
+            await app.run_action("quit")  # the app's own quit (ctrl+q, any screen) holds too
+            await pilot.pause()
+            assert app.is_running and screen.measuring
             await pilot.press("escape")
             await wait_until(pilot, lambda: not screen.measuring, timeout=180, what="the teardown")
             log = "\n".join(panel.lines)

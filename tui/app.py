@@ -80,6 +80,7 @@ class KneeApp(App[None]):
         self.deploy_options = deploy_options  # None: core.deploy.ApplyOptions() (15 s polls)
         self._initial_study = study
         self._followed: str | None = None  # the study last asked to follow
+        self.measuring_on_sagemaker = False  # set by the Recommend screen while endpoints exist
         if plan is not None:
             self.plan = plan
 
@@ -181,6 +182,12 @@ class KneeApp(App[None]):
 
     # ---- quitting -----------------------------------------------------------------------
     async def action_quit(self) -> None:
+        if self.measuring_on_sagemaker:
+            # Quitting now would leave billed endpoints behind: the Recommend screen's
+            # Escape cancels the measurement and deletes them first.
+            self.notify("a measurement on SageMaker is running: on Recommend, Escape cancels it and deletes its endpoints",
+                        severity="warning")
+            return
         snap = self.sweep
         if snap is None or not snap.running:
             self.exit()

@@ -107,7 +107,7 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
                 run.emit(call.operation, "reused", f"{label} {name} exists (made by knee): reusing it", name)
             else:
                 params = call.params
-                if kind == "model" and token is not None:
+                if kind == "model" and token is not None and plan.secret is not None:  # token comes from the secret
                     # The only place the token's value goes: a deep copy of this one request.
                     params = json.loads(json.dumps(params))
                     params["PrimaryContainer"]["Environment"][plan.secret.variable] = token

@@ -13,7 +13,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 from core.deploy.plan import MANAGED_TAG
 from core.deploy.secrets import Redactor
@@ -102,7 +102,9 @@ def _boto_errors() -> tuple[type[Exception], ...]:
     return (ClientError, BotoCoreError)
 
 
-def _client_error(e: BaseException) -> bool:
+def _client_error(e: BaseException) -> TypeGuard[Exception]:
+    # A TypeGuard: botocore's errors are Exceptions, so a caught BaseException that is one
+    # can go to _translate.
     return isinstance(e, _boto_errors())
 
 
@@ -193,7 +195,9 @@ class _Run:
 
     def knee_made(self, kind: str, desc: dict[str, Any]) -> bool:
         arn = desc.get(_DESCRIBE[kind][2])
-        return bool(arn) and self.tags(arn).get(MANAGED_TAG) == "knee"
+        if not arn:
+            return False
+        return self.tags(arn).get(MANAGED_TAG) == "knee"
 
     def wait_endpoint(self, name: str, gone: bool = False) -> dict[str, Any] | None:
         def ready(d: dict[str, Any]) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -109,6 +109,15 @@ _NAME_KEY = {
     "create_endpoint": "EndpointName",
     "create_inference_component": "InferenceComponentName",
 }
+
+
+class _Names(TypedDict):
+    """The SageMaker resources one deployment creates; ``ic`` only in the inference-components style."""
+
+    endpoint: str
+    config: str
+    model: str
+    ic: str | None
 
 
 def valid_role(arn: str) -> bool:
@@ -211,8 +220,8 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
         {"c": target.container, "i": image.uri, "e": env, "n": inst.name, "s": style, "r": target.region},
         sort_keys=True).encode()).hexdigest()[:8]
     base = target.name or f"knee-{_slug(cfg.model)}-{digest}"
-    names = {"endpoint": base, "config": f"{base}-config", "model": f"{base}-model",
-             "ic": f"{base}-ic" if style == "inference-components" else None}
+    names: _Names = {"endpoint": base, "config": f"{base}-config", "model": f"{base}-model",
+                     "ic": f"{base}-ic" if style == "inference-components" else None}
     tags = [{"Key": MANAGED_TAG, "Value": "knee"}, {"Key": "knee:deployment", "Value": base}]
     if source.trial_id:
         tags.append({"Key": "knee:trial", "Value": str(source.trial_id)[:256]})

@@ -141,7 +141,7 @@ def _size(src: DeploySource, target_rps: float | None, instance_count: int | Non
                        "use a measured trial or pass --request-throughput")
     needed = math.ceil(target_rps / (copies * rps) - 1e-9) if target_rps and rps else None
     count = instance_count or needed or 1
-    if instance_count and needed and instance_count < needed:
+    if instance_count and needed and rps and instance_count < needed:  # needed is only set with an rps
         warnings.append(f"{instance_count} instance(s) serve {instance_count * copies * rps:.2f} req/s, "
                         f"below the target {target_rps:g} req/s ({needed} needed)")
     cap_rps = count * copies * rps if rps else None

@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -57,6 +58,14 @@ class Prompt:
     messages: list[dict] | None = None
 
 
+class _HFTokenizer(Protocol):
+    """What knee calls on a ``transformers`` tokenizer (imported lazily, so not named here)."""
+
+    def encode(self, text: str, /, *, add_special_tokens: bool) -> list[int]: ...
+
+    def decode(self, token_ids: list[int], /, *, skip_special_tokens: bool) -> str | list[str]: ...
+
+
 @dataclass
 class Tokenizer:
     """``encode``/``decode`` without special tokens; ``exact`` is False for the word fallback."""
@@ -64,7 +73,7 @@ class Tokenizer:
     name: str
     exact: bool
     note: str = ""
-    _hf: object = field(default=None, repr=False)
+    _hf: _HFTokenizer | None = field(default=None, repr=False)
 
     def encode(self, text: str) -> list[int]:
         if self._hf is not None:
@@ -76,7 +85,9 @@ class Tokenizer:
 
     def decode(self, ids) -> str:
         if self._hf is not None:
-            return self._hf.decode(list(ids), skip_special_tokens=True)
+            text = self._hf.decode(list(ids), skip_special_tokens=True)
+            assert isinstance(text, str)  # one sequence of ids decodes to one string (a batch to a list)
+            return text
         return _word_decode(ids)
 
 
@@ -265,7 +276,7 @@ def _read_sharegpt(path: Path) -> list:
         raise BadInput(f"cannot read dataset file {str(path)!r}: {e}") from None
     try:
         data = json.loads(text)
-    except ValueError as first:
+    except json.JSONDecodeError as first:  # the ValueError json raises, with msg and lineno
         try:  # JSONL: one conversation per line
             data = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
         except ValueError:

@@ -47,6 +47,7 @@ from core.load.datasets import Prompt
 from core.load.transport import Transport, TransportError, make_transport
 from core.spec.records import RequestRecord
 
+_JSONError: type[ValueError]  # what _loads raises on bad JSON: either module's is a ValueError
 try:  # every streamed message is parsed: orjson takes bytes directly and is several times faster
     from orjson import JSONDecodeError as _JSONError
     from orjson import loads as _loads

@@ -57,8 +57,10 @@ from core.load.transport_api import TransportError
 
 
 class _RawStream:
-    def __init__(self, conn: _Conn):
+    def __init__(self, conn: _Conn, done: asyncio.Future):
+        # done: the connection's done_fut for this request (post_stream set it; passed in typed).
         self._c = conn
+        self._done = done
         self.status = conn.status
         self.content_type = conn.headers.get("content-type", "")
         self.headers_time = conn.headers_time
@@ -72,10 +74,10 @@ class _RawStream:
             if feed(t, data):
                 c.stop_feeding = True
                 break
-        await c.done_fut
+        await self._done
 
     async def read_all(self) -> bytes:
-        await self._c.done_fut
+        await self._done
         return b"".join(d for _, d in self._c.body or [])
 
 
@@ -111,6 +113,7 @@ class RawTransport:
     async def open(self) -> None:
         self._sem = asyncio.Semaphore(self.limit)
         if self.kernel_timestamps and self._primer is None:
+            assert _SO_TIMESTAMPNS is not None  # kernel_timestamps is only set when it is
             # Linux stamps received packets only while some socket asks for it, and the first
             # such socket turns stamping on through a deferred work item: packets in the
             # meantime carry no time. Asking here, before any connection, lets that settle
@@ -155,6 +158,7 @@ class RawTransport:
         return conn
 
     async def _connect_stamped(self, host: str, port: int) -> _Conn:
+        assert _SO_TIMESTAMPNS is not None  # only called when kernel_timestamps is set
         loop = asyncio.get_running_loop()
         limit = min(self.timeout_s or 30.0, 30.0)
         try:
@@ -210,21 +214,22 @@ class RawTransport:
             idle = self._idle.setdefault(key, deque())
             loop = asyncio.get_running_loop()
             for attempt in (0, 1):
-                conn = None
+                found = None
                 while idle:
                     c = idle.pop()
                     if not c.closed and c.transport is not None and not c.transport.is_closing():
-                        conn = c
+                        found = c
                         break
                     self._all.discard(c)
-                reused = conn is not None
-                if conn is None:
-                    conn = await self._connect(key)
+                reused = found is not None
+                conn = found if found is not None else await self._connect(key)
                 conn._reset()
                 conn.body = []  # buffer until the caller decides between pump() and read_all()
                 conn.headers_fut = loop.create_future()
-                conn.done_fut = loop.create_future()
-                conn.transport.write(request)
+                conn.done_fut = done = loop.create_future()
+                transport = conn.transport
+                assert transport is not None, "a connection just opened or found open has its transport"
+                transport.write(request)
                 # One timer handle, not wait_for(): the headers wait is on the hot path.
                 hdr_timer = None
                 if self.timeout_s:
@@ -244,17 +249,17 @@ class RawTransport:
             ok = False
             timer = None
             try:
-                stream = _RawStream(conn)
+                stream = _RawStream(conn, done)
                 if self.timeout_s:
                     # Bound the whole response, not only the headers.
                     timer = loop.call_later(self.timeout_s, conn._fail, "timed out reading the response")
                 yield stream
-                ok = conn.done_fut.done() and not conn.done_fut.cancelled() and conn.done_fut.exception() is None
+                ok = done.done() and not done.cancelled() and done.exception() is None
             finally:
                 if timer is not None:
                     timer.cancel()
-                if conn.done_fut.done() and not conn.done_fut.cancelled():
-                    conn.done_fut.exception()  # retrieved, so asyncio does not log it
+                if done.done() and not done.cancelled():
+                    done.exception()  # retrieved, so asyncio does not log it
                 if ok and conn.keep_alive and not conn.closed:
                     conn.feed = None
                     conn.body = None

@@ -46,7 +46,7 @@ def _clocks_together() -> tuple[float, int]:
     the other, a preemption between them (milliseconds on a busy machine) would be added to
     every kernel stamp's age and move the stamp that much *earlier* — before the server even
     wrote the bytes (seen in tests/test_load_cadence.py's lower bound on a loaded box)."""
-    best = None
+    best: tuple[int, float, int] | None = None  # (span, perf_counter, wall) of the closest pair
     for _ in range(3):
         w1 = _wall_ns()
         m = _clock()
@@ -56,6 +56,7 @@ def _clocks_together() -> tuple[float, int]:
             return m, w1 + span // 2
         if best is None or span < best[0]:
             best = (span, m, w1 + span // 2)
+    assert best is not None  # three tries ran and none returned, so the first one set it
     return best[1], best[2]
 
 

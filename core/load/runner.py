@@ -211,6 +211,7 @@ async def run_load(
         try:
             if rate is None:
                 # ---- closed loop ------------------------------------------------------------
+                assert conc is not None  # a load point without a rate has a concurrency (LoadPoint._check)
                 counter = iter(range(n_measured) if n_measured is not None else _count())
 
                 async def worker():
@@ -233,7 +234,7 @@ async def run_load(
                 cap = asyncio.Semaphore(conc) if conc else None
                 loop = asyncio.get_running_loop()
 
-                async def capped(i: int, s: float):
+                async def capped(i: int, s: float, cap: asyncio.Semaphore):
                     async with cap:
                         await one(i, s)
 
@@ -246,7 +247,7 @@ async def run_load(
                         # Sleep to the absolute deadline: lateness never accumulates.
                         await asyncio.sleep(due - now)
                     send_lags.append(clock() - due)
-                    tasks.append(loop.create_task(capped(i, float(st)) if cap else one(i, float(st))))
+                    tasks.append(loop.create_task(capped(i, float(st), cap) if cap else one(i, float(st))))
                 await _gather_with_grace(tasks, deadline, grace_s, clock)
         finally:
             tick.cancel()

@@ -40,7 +40,9 @@ def arrival_times(
     if rate <= 0:
         raise ValueError("rate must be positive")
     rng = np.random.default_rng(seed)
-    count = n if n is not None else int(math.ceil(duration_s * rate * 1.5 + 10))
+    # Where the schedule stops when a duration bounds it (n is None, so duration_s is given).
+    end = duration_s if duration_s is not None else math.inf
+    count = n if n is not None else int(math.ceil(end * rate * 1.5 + 10))
 
     def gaps(k: int) -> np.ndarray:
         if arrival == "constant":
@@ -53,9 +55,9 @@ def arrival_times(
     else:
         t = np.cumsum(gaps(count))
     if n is None:
-        while t[-1] < duration_s:  # rare: the draw ran short of the duration
+        while t[-1] < end:  # rare: the draw ran short of the duration
             t = np.concatenate((t, t[-1] + (np.arange(1, count + 1) / rate if arrival == "constant" else np.cumsum(gaps(count)))))
-        return t[t < duration_s]
+        return t[t < end]
     if rescale and arrival != "constant" and t[-1] > 0:
         t = t * ((n / rate) / t[-1])
     return t

@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 # The protocols and the error live in transport_api (shared with rawhttp without a cycle);
 # callers have always imported them from here.
 from core.load.transport_api import Stream, Transport, TransportError  # noqa: F401 - re-exported
+
+if TYPE_CHECKING:  # httpx is imported when an httpx transport opens, not with this module
+    import httpx
 
 READ_BUFSIZE = 10 * 1024 * 1024
 TRANSPORTS = ("raw", "aiohttp", "httpx-aiohttp", "httpx")
@@ -144,7 +148,7 @@ class HttpxTransport:
         self.timeout_s = timeout_s
         self.via_aiohttp = via_aiohttp
         self.name = "httpx-aiohttp" if via_aiohttp else "httpx"
-        self.client = None
+        self.client: httpx.AsyncClient | None = None
         self._session: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:

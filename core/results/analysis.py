@@ -78,7 +78,10 @@ def pareto(points: Iterable[PointRow], x: str, y: str) -> list[PointRow]:
         if o[1] > best_y:
             front.append((o, p))
             best_y = o[1]
-    front.sort(key=lambda t: metric_value(t[1], x))
+    # By x itself, ascending: the oriented x turned back (negation is exact), which every
+    # point on the front has (metric_value's None is filtered out above).
+    sign = 1.0 if direction(x) == "max" else -1.0
+    front.sort(key=lambda t: sign * t[0][0])
     return [p for _, p in front]
 
 
@@ -86,8 +89,8 @@ def knee(front: Sequence[PointRow], x: str, y: str) -> PointRow | None:
     """The frontier point farthest from the line joining its two ends, in normalized space
     (the Kneedle idea): where trading more of one metric starts costing much of the other."""
     x, y = resolve_metric(x), resolve_metric(y)
-    pts = [(_oriented(p, x, y), p) for p in front]
-    pts = [(o, p) for o, p in pts if o is not None]
+    oriented = [(_oriented(p, x, y), p) for p in front]
+    pts = [(o, p) for o, p in oriented if o is not None]
     if len(pts) < 3:
         return pts[0][1] if len(pts) == 1 else (None if not pts else max(pts, key=lambda t: t[0][0] + t[0][1])[1])
     xs = [o[0] for o, _ in pts]

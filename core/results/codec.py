@@ -10,13 +10,16 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from core.spec.records import RequestRecord
 from core.spec.study import PointRow, TrialRow, canonical_json
+
+if TYPE_CHECKING:  # rows as the store's queries return them; this module never touches the database
+    from sqlalchemy import RowMapping
 
 
 def _clean(o: Any) -> Any:
@@ -37,7 +40,7 @@ def dumps(o: Any) -> str:
 
 
 # ---- studies ------------------------------------------------------------------------------
-def study_dict(row: Mapping[str, Any]) -> dict[str, Any]:
+def study_dict(row: RowMapping) -> dict[str, Any]:
     d = dict(row)
     d["info"] = json.loads(d["info"] or "{}")
     return d
@@ -53,7 +56,7 @@ def encode_trial_values(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def trial_row(row: Mapping[str, Any]) -> TrialRow:
+def trial_row(row: RowMapping) -> TrialRow:
     d = dict(row)
     d.pop("server_pid", None)  # bookkeeping for stale-server cleanup, not part of a trial
     d["server_args"] = json.loads(d["server_args"])
@@ -87,7 +90,7 @@ def point_values(point: PointRow) -> dict[str, Any]:
     )
 
 
-def point_row(row: Mapping[str, Any]) -> PointRow:
+def point_row(row: RowMapping) -> PointRow:
     d = dict(row)
     d.pop("seq")
     for k in ("server_args", "client_args", "summary", "telemetry"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,7 +24,7 @@ from core.spec.study import Event
 _EVENT_KINDS = frozenset(typing.get_args(Event.model_fields["kind"].annotation))
 
 
-def event_from_row(r: Mapping[str, Any]) -> Event:
+def event_from_row(r: sa.RowMapping) -> Event:
     fields = {"seq": r["seq"], "study": r["study"], "time": r["time"], "kind": r["kind"], "data": json.loads(r["data"] or "{}")}
     return Event(**fields) if r["kind"] in _EVENT_KINDS else Event.model_construct(**fields)
 
@@ -37,7 +37,9 @@ class EventLog:
     def emit(self, study: str, kind: str, /, **data: Any) -> int:
         with self.engine.begin() as c:
             res = c.execute(events_t.insert().values(study=study, time=time.time(), kind=kind, data=dumps(data)))
-            return int(res.inserted_primary_key[0])
+            key = res.inserted_primary_key
+            assert key is not None  # a single-row INSERT into a table with a primary key
+            return int(key[0])
 
     def events(self, study: str, after: int = 0, limit: int = 10_000, kinds: Sequence[str] | None = None) -> list[Event]:
         q = sa.select(events_t).where(events_t.c.study == study, events_t.c.seq > after)
@@ -55,4 +57,6 @@ class EventLog:
 
     def last_event_seq(self, study: str) -> int:
         with self.engine.connect() as c:
-            return int(c.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.seq), 0)).where(events_t.c.study == study)).scalar())
+            seq = c.execute(sa.select(sa.func.coalesce(sa.func.max(events_t.c.seq), 0)).where(events_t.c.study == study)).scalar()
+        assert seq is not None  # COALESCE of an aggregate: one row, never NULL
+        return int(seq)

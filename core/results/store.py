@@ -273,6 +273,7 @@ class StudyStore(EventLog, WorkerRecords):
                     c.execute(trials_t.update().where(trials_t.c.study == study, trials_t.c.trial_id == row[0]).values(**enc))
                 return int(row[0])
             nxt = c.execute(sa.select(sa.func.coalesce(sa.func.max(trials_t.c.trial_id), -1)).where(trials_t.c.study == study)).scalar()
+            assert nxt is not None  # COALESCE of an aggregate: one row, never NULL
             tid = int(nxt) + 1
             enc.setdefault("status", "pending")
             c.execute(
@@ -305,7 +306,7 @@ class StudyStore(EventLog, WorkerRecords):
                     trials_t.c.study == study, trials_t.c.server_pid.is_not(None)
                 )
             ).all()
-        return [(int(a), int(b)) for a, b in rows]
+        return [(int(r[0]), int(r[1])) for r in rows]  # indexed: mypy types an unpacked Row's items as object
 
     # ---- points ---------------------------------------------------------------------------
     def save_point(self, point: PointRow, records: Sequence[RequestRecord] | None = None, keep_chunks: bool = True,
@@ -336,8 +337,9 @@ class StudyStore(EventLog, WorkerRecords):
             c.execute(points_t.delete().where(points_t.c.study == point.study, points_t.c.point_id == point.point_id))
             c.execute(requests_t.delete().where(requests_t.c.study == point.study, requests_t.c.point_id == point.point_id))
             seq = c.execute(sa.select(sa.func.coalesce(sa.func.max(points_t.c.seq), -1)).where(points_t.c.study == point.study)).scalar()
+            assert seq is not None  # COALESCE of an aggregate: one row, never NULL
             c.execute(points_t.insert().values(study=point.study, point_id=point.point_id, seq=int(seq) + 1, **values))
-            if blob is not None:
+            if blob is not None and records is not None:  # blob is set exactly when records are
                 c.execute(requests_t.insert().values(study=point.study, point_id=point.point_id, n=len(records), blob=blob))
 
     def points(self, study: str, status: str | None = None) -> list[PointRow]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import io
 import os
 import signal
 import socket
@@ -165,7 +166,7 @@ class ServerProcess:
         self.stop_timeout_s = stop_timeout_s
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
-        self._log = None
+        self._log: io.FileIO | None = None  # the server's log, open from start() until stop()
 
     @property
     def pid(self) -> int | None:
@@ -173,7 +174,7 @@ class ServerProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab", buffering=0)
+        self._log = log = open(self.log_path, "ab", buffering=0)
         # The server gets a clean Python environment, not knee's: vLLM usually runs from
         # another interpreter (its own venv or a container) that knee's PYTHONPATH would break.
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
@@ -183,7 +184,7 @@ class ServerProcess:
             self.proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
-                stdout=self._log,
+                stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,  # own process group: teardown reaches every worker
@@ -191,8 +192,8 @@ class ServerProcess:
                 close_fds=True,
             )
         except (FileNotFoundError, PermissionError) as e:
-            self._log.write(f"knee: cannot start {self.argv[0]!r}: {e}\n".encode())
-            self._log.close()
+            log.write(f"knee: cannot start {self.argv[0]!r}: {e}\n".encode())
+            log.close()
             raise ServerFailed(CRASHED_AT_START, f"cannot start {self.argv[0]!r}: {e.strerror or e}") from None
         self.pgid = self.proc.pid
         with _LIVE_LOCK:

@@ -6,6 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# Where prompts come from (Workload.dataset).
+DatasetKind = Literal["random", "sharegpt", "shared-prefix", "corpus"]
+
 
 class LengthDist(BaseModel):
     """A token-length distribution.
@@ -51,7 +54,7 @@ class Workload(BaseModel):
 
     input: LengthDist = LengthDist(mean=1024)
     output: LengthDist = LengthDist(mean=512)
-    dataset: Literal["random", "sharegpt", "shared-prefix", "corpus"] = "random"
+    dataset: DatasetKind = "random"
     dataset_path: str | None = None
     shared_prefix_len: int = Field(default=0, ge=0)  # tokens common to all prompts
     num_prompts: int = Field(default=1000, ge=1)

@@ -27,7 +27,7 @@ import logging
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from core.errors import BadInput
 from core.simulate import simulate
@@ -56,6 +56,11 @@ class Observation:
     server_args: dict[str, Any] = field(default_factory=dict)
 
 
+def _positive(v: Any) -> TypeGuard[float]:
+    """A finite number above zero (a summary's value may be missing, NaN or 0)."""
+    return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+
 def observation(server_args: dict[str, Any], client_args: dict[str, Any], summary: dict[str, Any]) -> Observation | None:
     """The fit's view of a measured point; None where it cannot inform one (open loop, no
     TPOT observed, nothing completed)."""
@@ -64,7 +69,7 @@ def observation(server_args: dict[str, Any], client_args: dict[str, Any], summar
     ttft, tpot, thr = summary.get("mean_ttft_ms"), summary.get("mean_tpot_ms"), summary.get("output_throughput")
     if client_args.get("request_rate") not in (None, "inf", float("inf")) or not conc or done <= 0:
         return None
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (ttft, tpot, thr)):
+    if not (_positive(ttft) and _positive(tpot) and _positive(thr)):
         return None
     isl = round((summary.get("total_input_tokens") or 0) / done)
     osl = round((summary.get("total_output_tokens") or 0) / done)

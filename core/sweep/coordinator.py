@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,18 @@ class ParallelCoordinator:
     worker_trial: str | None
     worker_gpus: list[int] | None
     emit: Callable[..., None]
+    # What the coordinator uses of its sibling mixins (declared for the type checker only):
+    # RunControl's (core/sweep/control.py) ...
+    _stop_requested: bool
+    _watch_done: threading.Event
+    _requested: Callable[[], str]
+    _beat: Callable[[], None]
+    _install: Callable[[], dict[Any, Any]]
+    _restore: Callable[[dict[Any, Any]], None]
+    _start_watch: Callable[[], None]
+    # ... and TrialLoop's (core/sweep/trial_loop.py).
+    _run_trial: Callable[[Strategy, TrialPlan, dict[str, PointRow]], None]
+    _stop_server: Callable[[], None]
 
     def _init_parallel(self) -> None:
         self._available_gpus: list[int] | None = None

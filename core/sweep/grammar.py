@@ -264,9 +264,10 @@ def combinations(sets: list[ArgSet]) -> list[dict[str, Any]]:
     return out
 
 
-def canonical(args: dict[str, Any]) -> str:
-    """Canonical JSON of an argument dict: the stable identity used for resume (llm-optimizer's
-    str()-based config_id changes when a value goes through JSON; this does not)."""
+def canonical(args: dict[str, Any] | list[Any]) -> str:
+    """Canonical JSON of an argument dict (or of one choice's list of values, to find duplicates):
+    the stable identity used for resume (llm-optimizer's str()-based config_id changes when a
+    value goes through JSON; this does not)."""
     return json.dumps(_jsonable(args), sort_keys=True, separators=(",", ":"))
 
 

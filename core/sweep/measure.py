@@ -147,6 +147,7 @@ class HttpMeasurer:
         from core.load.runner import run_load_sync
 
         tok, prompts = self.prepare(ctx)
+        assert ctx.base_url is not None, "an HTTP measurement needs the running server's base_url"
         from core.sweep.converge import NOT_SENT, Convergence, EarlyStopTarget
 
         inner = OpenAITarget(ctx.base_url, ctx.model, api=ctx.api, api_key=ctx.api_key, timeout_s=ctx.request_timeout_s)

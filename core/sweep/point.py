@@ -72,6 +72,12 @@ class PointMeasure:
     _stop_requested: bool
     _interrupt_signal: int | None
     emit: Callable[..., None]
+    # What it uses of the host and the sibling mixins (declared for the type checker only):
+    # Runner's hooks (core/sweep/run.py; a --join worker overrides them) ...
+    _point_begin: Callable[[int, PointPlan], None]
+    _save_point: Callable[..., None]  # (row, records=None, keep_chunks=True)
+    # ... and TrialLoop's row builder (core/sweep/trial_loop.py): (trial, tid, point, **fields).
+    _row: Callable[..., PointRow]
 
     def _measure(self, trial: TrialPlan, tid: int, point: PointPlan, server: Server | None, cmd: str) -> PointRow:
         ctx = PointContext(
@@ -175,7 +181,7 @@ class PointMeasure:
         elif gpu and gpu.get("kv_usage") is not None:
             end["kv_cache_usage"] = gpu["kv_usage"]  # simulated: the peak, as in the GPU memory
         self.emit("progress", **end)
-        summary = summarize(m.records, m.duration_s, slo=self.slo)
+        summary: dict[str, Any] = summarize(m.records, m.duration_s, slo=self.slo)  # floats, then the extras (str, bool too)
         summary.update({k: v for k, v in m.extra.items() if isinstance(v, (int, float, bool, str))})
         n = len(m.records)
         failed = sum(1 for r in m.records if not r.ok)

@@ -19,10 +19,15 @@ from core.errors import BadInput, bad_input_from
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.study import SweepSpec, canonical_json, make_point_id
 from core.spec.lengths import sharegpt
-from core.spec.workload import LengthDist, Workload
+from core.spec.workload import DatasetKind, LengthDist, Workload
 from core.tomlfile import read_toml
 from core.spec.server_args import SERVER_FIELDS as _SERVER_FIELDS, server_config  # noqa: F401
 from core.sweep.grammar import ArgSet, CLIENT_ARG_TYPES, combinations, normalize_name, parse_part
+# llm-optimizer's dataset_name values knee runs, and the Workload dataset each one becomes.
+_DATASETS: dict[str, DatasetKind] = {
+    "random": "random", "random-ids": "random", "sharegpt": "sharegpt", "generated-shared-prefix": "shared-prefix",
+}
+
 
 def sets_to_json(sets: list[ArgSet]) -> list[dict[str, Any]]:
     return [{"names": list(s.names), "values": [list(v) for v in s.values]} for s in sets]
@@ -36,7 +41,7 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
     """Client args (llm-optimizer names) → what the load client or the simulator runs."""
     c = client_args
     dataset = c.get("dataset_name", "random")
-    if dataset not in ("random", "sharegpt", "random-ids", "generated-shared-prefix"):
+    if dataset not in _DATASETS:
         raise BadInput(f"dataset_name {dataset!r} is not supported", "use random, random-ids, sharegpt or generated-shared-prefix")
     isl = int(c.get("random_input_len", spec.input_len))
     osl = int(c.get("random_output_len", c.get("sharegpt_output_len", spec.output_len)))
@@ -65,7 +70,7 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         r = (1 - ratio) / (1 + ratio)
         inp = LengthDist(kind="uniform", mean=max(1.0, isl * (1 + ratio) / 2), range_ratio=r)
         out = LengthDist(kind="uniform", mean=max(1.0, osl * (1 + ratio) / 2), range_ratio=r)
-    ds = {"random": "random", "random-ids": "random", "sharegpt": "sharegpt", "generated-shared-prefix": "shared-prefix"}[dataset]
+    ds = _DATASETS[dataset]
     num_prompts = int(c.get("num_prompts", 1000))
     try:
         workload = Workload(

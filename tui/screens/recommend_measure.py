@@ -113,6 +113,7 @@ class MeasureMixin(KneeScreen):
 
     def _start_measure(self, req, finals, opts: MeasureOptions) -> None:
         self.measuring = True
+        self.knee.measuring_on_sagemaker = True  # the app refuses to quit from any screen
         self._cancel_measure = threading.Event()
         self.measure_panel.start(Progress.of(finals), f"measuring {len(finals)} on SageMaker ({opts.region}) · "
                                  "Escape: cancel, delete all")
@@ -140,6 +141,7 @@ class MeasureMixin(KneeScreen):
 
     def on_measure_ended(self, message: MeasureEnded) -> None:
         self.measuring = False
+        self.knee.measuring_on_sagemaker = False
         self.set_class(False, "-measuring")
         res = message.result
         if res is None:
