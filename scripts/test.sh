@@ -13,6 +13,9 @@ echo "lint-imports: $(grep -c KEPT /tmp/knee-lint-imports.log) contracts kept"
 # ruff's lint (settings in pyproject.toml): pyflakes and pycodestyle errors fail here.
 .venv/bin/ruff check --quiet core tui bench tests || { echo "scripts/test.sh: ruff found the problems above (.venv/bin/ruff check --fix mends some)"; exit 1; }
 echo "ruff: clean"
+# mypy on core/ (settings in pyproject.toml [tool.mypy]): a type error fails here.
+.venv/bin/mypy core >/tmp/knee-mypy.log 2>&1 || { grep -v "annotation-unchecked" /tmp/knee-mypy.log; echo "scripts/test.sh: mypy found the type errors above (.venv/bin/mypy core)"; exit 1; }
+echo "mypy: $(tail -n 1 /tmp/knee-mypy.log)"
 # The tmux tier drives the installed knee command in a real terminal (tests/test_tui_tmux.py).
 if ! command -v tmux >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -106,7 +106,8 @@ def _read_local(path: Path) -> dict[str, Any]:
         raise BadInput(f"{cfg_file} is not valid JSON ({e})", "re-download the model's config.json") from None
     if not isinstance(raw, dict):
         raise BadInput(f"{cfg_file} does not hold a JSON object")
-    inner = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    text_config = raw.get("text_config")
+    inner: dict = text_config if isinstance(text_config, dict) else raw
     # AutoConfig would fill the gaps with the class defaults (a 7B Llama); refuse instead.
     for keys in (("hidden_size", "n_embd", "d_model"), ("num_hidden_layers", "n_layer", "num_layers"), ("num_attention_heads", "n_head"), ("vocab_size",)):
         if not any(inner.get(k) is not None for k in keys):

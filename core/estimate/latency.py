@@ -166,6 +166,6 @@ def overloaded(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, cap_x:
         # figures describe that one request's (timed-out) latency instead.
         n_ok = min(n, max(1.0, math.floor((timeout - resident) / d) + 1.0))
     wait = max(0.0, (n_ok - 1.0) / 2.0 * d)
-    if n_ok < n:
+    if n_ok < n and timeout is not None:  # only a client timeout fails requests
         return n_ok / ((n - 1.0) / lam + timeout), wait
     return cap_x, wait

@@ -126,10 +126,11 @@ def compute_limits(p: Predictor, cfg: ServerConfig, slo: SLO | None = None) -> L
     ceiling = None
     feasible = True
     if ceilings:
-        if any(v is None for v in ceilings):
+        met = [v for v in ceilings if v is not None]
+        if len(met) < len(ceilings):  # a latency ceiling no concurrency meets
             feasible = False
         else:
-            ceiling = min(ceilings)
+            ceiling = min(met)
     elif slo and slo.constraints:
         ceiling = hi
     if floors and feasible:

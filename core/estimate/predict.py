@@ -243,10 +243,11 @@ class Predictor:
         tail = cm.output_token_overhead_s * self.output_len
 
         ms = multi_step(cfg)
-        if request_rate is None and self.synchronized and concurrency / dp > 1.0:
-            return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached,
-                        num_prompts or self.workload.num_prompts)
         if request_rate is None:
+            assert concurrency is not None  # checked above: a prediction has one of the two
+            if self.synchronized and concurrency / dp > 1.0:
+                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached,
+                            num_prompts or self.workload.num_prompts)
             c = concurrency / dp
             n = min(c, cap)
             st = steady_state(self.shape, cm, n, budget, cached)

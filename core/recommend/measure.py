@@ -163,6 +163,12 @@ def _check(cancel: threading.Event) -> None:
         raise Cancelled
 
 
+def _say_unless_cancelled(cancel: threading.Event, say: Say, line: str) -> None:
+    """The benchmark's progress line, which is also where a cancel stops it (between probes)."""
+    _check(cancel)
+    say(line)
+
+
 @dataclass
 class MeasureResult:
     study: str
@@ -300,7 +306,7 @@ def measure(req, finals: list[Finalist], opts: MeasureOptions, ops: DeployOps, *
             share = req.target_rps / c.instances_needed if req.target_rps and c.instances_needed else None
             bench = bench_endpoint(target, prompts, slo, seed=max(1, c.concurrency), cap=opts.max_concurrency,
                                    prompts_per_probe=opts.prompts_for, max_probes=opts.max_probes,
-                                   target_rps=share, say=lambda s: (_check(cancel), say("  " + s)))
+                                   target_rps=share, say=lambda s: _say_unless_cancelled(cancel, say, "  " + s))
             tid = store_finalist(store, study, c, p.endpoint_name, bench)
             rows.append(measured_row(c, tid, bench, req.target_rps))
             say(f"deleting {p.endpoint_name}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from core.errors import BadInput
+from core.spec.model import ModelArch
 
 Goal = Literal["cost", "throughput", "latency"]
 
@@ -165,7 +166,7 @@ def recommend(req: RecommendRequest) -> Recommendation:
                        f"use one of {', '.join(regions())}, or add [instances.\"ml.x\".regions.{req.region}] prices to ~/.config/knee/catalog.toml")
     regional = instances_in(req.region) if req.region is not None else None
     rec = Recommendation(req, band_source=source())
-    archs: dict[str | None, object] = {}
+    archs: dict[str | None, ModelArch] = {}
     for name in names:
         hw = resolve_hardware(instance=name)
         inst = regional[name] if regional is not None else hw.instance  # the region's price, or none

@@ -268,8 +268,11 @@ class ServerProcess:
                 except subprocess.TimeoutExpired:
                     _killpg(pgid, signal.SIGKILL)
                     self.proc.wait(10)
-            # The leader is gone; workers it left in the group get SIGKILL.
+            # The leader is gone; workers it left in the group get SIGKILL, and stop() returns
+            # once they are gone too: a killed vLLM engine process takes a moment to release
+            # gigabytes of memory, and the next server (or the caller's exit) must not overlap it.
             _killpg(pgid, signal.SIGKILL)
+            _wait_group_gone(pgid, timeout_s=10.0)
         finally:
             with _LIVE_LOCK:
                 _LIVE.discard(self)
@@ -298,6 +301,36 @@ def _killpg(pgid: int | None, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in process group ``pgid`` (Linux /proc;
+    elsewhere: whether the group can still be signalled)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone while we looked
+        if fields[0] != "Z" and int(fields[2]) == pgid:  # state, then ppid, then pgrp
+            return True
+    return False
+
+
+def _wait_group_gone(pgid: int | None, timeout_s: float) -> None:
+    if pgid is None:
+        return
+    end = time.monotonic() + timeout_s
+    while _group_alive(pgid) and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 def kill_stale_group(pid: int, tag: str) -> bool:

@@ -107,6 +107,7 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
             return _error(400, "the request body must be a JSON object")
         if body.get("model") not in (None, model_name, sim.config.model):
             return _error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
+        text: str | None  # the prompt's text; None for a prompt of token ids
         try:
             if chat:
                 text = chat_text(body.get("messages"))

@@ -5,6 +5,7 @@ produces, every one labelled simulated."""
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +57,11 @@ def build_result(sim: SimClient, reqs: Requests, origin: float, busy0: float, me
     ends = [np.asarray(r.dends) for r in sim.replicas]
     records: list[RequestRecord] = []
     append = records.append
+    # A simulated record keeps its chunk arrays as numpy arrays (no list copy: a run holds
+    # thousands of them); RequestRecord and the metrics read them as sequences.
+    chunk_times: Any
+    chunk_tokens: Any
+    rec_end: float | None
     last = 0.0
     for index, rid in enumerate(sim.measured):
         if math.isnan(sim.send[rid]):

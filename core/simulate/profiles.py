@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from typing import Any
 
 from core.errors import BadInput
@@ -186,7 +187,7 @@ def fit_step_profile(
     return prof
 
 
-def _line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """Least-squares (intercept, slope) of ys on xs; through both points when there are two."""
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n

@@ -73,6 +73,17 @@ assert BLOCK == BLOCK_TOKENS  # one block size for the memory plan and the sched
 ROUTERS = ("least-loaded", "round-robin")
 
 
+@dataclasses.dataclass
+class _ClientState:
+    """The simulated client's counters, shared by the callbacks of one run."""
+
+    origin: float = 0.0  # when the measured requests start (after the warm-up)
+    busy0: float = 0.0  # the replicas' busy time at that moment
+    sent: int = 0  # measured requests sent
+    warm_sent: int = 0
+    warm_left: int = 0
+
+
 def simulate(
     arch: ModelArch,
     hardware: Hardware,
@@ -181,7 +192,7 @@ def simulate_detailed(
     # duration, as many as fit in it (prompts cycle).
     n = load.num_prompts if load.num_prompts is not None else (None if load.duration_s else workload.num_prompts)
     duration = load.duration_s if load.duration_s is not None else math.inf
-    state = {"origin": 0.0, "sent": 0, "warm_sent": 0, "warm_left": warm, "busy0": 0.0}
+    state = _ClientState(warm_left=warm)
 
     def measured_request(i: int) -> int:
         j = i % n_data
@@ -192,16 +203,18 @@ def simulate_detailed(
         return sim.create(Pd[j], Od[j], prefd[j], False)
 
     def start_measured(t0: float) -> None:
-        state["origin"] = t0
-        state["busy0"] = sum(r.busy_s for r in sim.replicas)  # warm-up work is not measured
+        state.origin = t0
+        state.busy0 = sum(r.busy_s for r in sim.replicas)  # warm-up work is not measured
         if load.duration_s is not None:
             sim.push(t0 + load.duration_s + grace_s, 4, -1)
         if closed:
+            assert conc is not None  # LoadPoint: no request rate means a concurrency
             first = conc if n is None else min(conc, n)
             for i in range(first):
                 sim.push(t0, 0, measured_request(i))
-            state["sent"] = first
+            state.sent = first
         else:
+            assert load.request_rate is not None  # open loop
             times = arrival_times(load.request_rate, n, load.arrival, load.burstiness, seed,
                                   duration_s=load.duration_s if n is None else None)
             for i, ts in enumerate(times.tolist()):
@@ -215,19 +228,19 @@ def simulate_detailed(
 
     def after_finish(rid: int, end: float) -> None:
         if rid in warm_rids:
-            state["warm_left"] -= 1
-            if state["warm_sent"] < warm:
-                nxt = warm_request(state["warm_sent"])
+            state.warm_left -= 1
+            if state.warm_sent < warm:
+                nxt = warm_request(state.warm_sent)
                 warm_rids.add(nxt)
-                state["warm_sent"] += 1
+                state.warm_sent += 1
                 sim.push(end, 0, nxt)
-            if state["warm_left"] == 0:
+            if state.warm_left == 0:
                 sim.cap = conc if conc is not None else 1 << 62
                 start_measured(end)
             return
-        if closed and (n is None or state["sent"] < n) and end - state["origin"] < duration:
-            sim.push(end, 0, measured_request(state["sent"]))
-            state["sent"] += 1
+        if closed and (n is None or state.sent < n) and end - state.origin < duration:
+            sim.push(end, 0, measured_request(state.sent))
+            state.sent += 1
 
     sim.after_finish = after_finish
     if warm:
@@ -239,7 +252,7 @@ def simulate_detailed(
             rid = warm_request(i)
             warm_rids.add(rid)
             sim.push(0.0, 0, rid)
-        state["warm_sent"] = first
+        state.warm_sent = first
     else:
         start_measured(0.0)
 
@@ -250,4 +263,4 @@ def simulate_detailed(
     series: dict[str, list] = {"t": [], "running": [], "waiting": [], "kv_usage": []}
     sim.run(sample_interval_s, series)
 
-    return build_result(sim, reqs, state["origin"], state["busy0"], mem, series), sim.replicas, reqs
+    return build_result(sim, reqs, state.origin, state.busy0, mem, series), sim.replicas, reqs

@@ -93,8 +93,8 @@ def seed(store, study: str, plans: Sequence[Any]) -> dict[str, int]:
     """Trial ids and lease rows for every planned configuration (idempotent: the first worker
     creates them, in plan order, and later ones find them). Returns trial_key -> trial_id."""
     with _locked(store, study, whole=True) as c:
-        ids = {k: int(i) for k, i in c.execute(sa.select(trials_t.c.trial_key, trials_t.c.trial_id).where(trials_t.c.study == study))}
-        have = {int(r[0]) for r in c.execute(sa.select(leases_t.c.trial_id).where(leases_t.c.study == study))}
+        ids = {r.trial_key: int(r.trial_id) for r in c.execute(sa.select(trials_t.c.trial_key, trials_t.c.trial_id).where(trials_t.c.study == study))}
+        have = {int(r.trial_id) for r in c.execute(sa.select(leases_t.c.trial_id).where(leases_t.c.study == study))}
         nxt = max(ids.values(), default=-1) + 1
         for order, t in enumerate(plans):
             if t.trial_key not in ids:
@@ -156,6 +156,22 @@ def claim(store, study: str, me: Worker, ttl_s: float, only: Collection[int] | N
                                                   pid=me.pid, claimed_at=now, outcome="running"))
         return Claim(int(row["trial_id"]), row["trial_key"], rerun, prev, row["host"] if prev else None)
     return None
+
+
+def prune(store, study: str, trial_id: int, reason: str) -> bool:
+    """Record a configuration the adaptive strategy ruled out: its lease done and its trial
+    skipped with ``reason``, in one transaction. Only a configuration never claimed, with no
+    point stored: one a worker holds, or a dead one held, is run, not pruned. True for the one
+    worker that recorded it (it announces it); several may decide the same prune at once."""
+    now = time.time()
+    with _locked(store, study) as c:
+        got = c.execute(leases_t.update().where(_claimable(study, now), leases_t.c.trial_id == trial_id, leases_t.c.attempts == 0)
+                        .values(state="done", worker=None, host=None, pid=None, expires_at=None, heartbeat_at=now)).rowcount
+        if got != 1 or c.execute(sa.select(points_t.c.point_id).where(points_t.c.study == study, points_t.c.trial_id == trial_id)).first():
+            c.rollback()
+            return False
+        c.execute(trials_t.update().where(trials_t.c.study == study, trials_t.c.trial_id == trial_id).values(status="skipped", reason=reason))
+    return True
 
 
 def _mine(study: str, me: Worker, trial_id: int):
@@ -336,8 +352,9 @@ def worker_status(store, study: str, now: float | None = None) -> list[dict[str,
         if w["state"] in ("idle", "running"):
             w["state"] = "finished" if not left else "waiting for a configuration"
     for r in leases:
-        w = out.get(r["worker"] or "")
-        if r["state"] == "running" and w is not None:
+        held = out.get(r["worker"] or "")
+        if r["state"] == "running" and held is not None:
+            w = held
             alive = (r["expires_at"] or 0) >= now
             w.update(trial_id=r["trial_id"], inflight=r["inflight"], heartbeat_age_s=max(0.0, now - (r["heartbeat_at"] or now)),
                      state="running" if alive else "silent (its lease expired; another worker will take the configuration over)")

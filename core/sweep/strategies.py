@@ -78,7 +78,9 @@ class AdaptiveStrategy(Strategy):
         self._queue: list[TrialPlan] = []
         self._ratios: list[float] = []
         self._blocked: set[str] = set()  # trials whose higher loads break the SLO
-        self._tpe = None
+        # --join workers (core/sweep/shared_adaptive.py): trials done, pruned or held elsewhere.
+        self.taken: set[str] = set()
+        self._tpe: Any = None  # an optuna Study once TPE runs (optuna is imported only then)
         if predictor is None:
             self._tpe_init()
         else:
@@ -106,19 +108,19 @@ class AdaptiveStrategy(Strategy):
         self._best_value = -math.inf
 
     def _trial_value(self, trial: TrialPlan) -> float:
-        vals = [score(r, self.spec.objective) for pid, r in self.results.items() if r.trial_key == trial.trial_key and r.status == "ok" and self.slo.holds(r.summary)]
-        vals = [v for v in vals if v is not None]
+        vals = [v for r in self.results.values() if r.trial_key == trial.trial_key and r.status == "ok" and self.slo.holds(r.summary)
+                if (v := score(r, self.spec.objective)) is not None]
         return max(vals) if vals else -1e18  # failed or never meets the SLOs: worst
 
     def _tpe_next(self) -> TrialPlan | None:
         from core.spec.study import canonical_json
 
-        if len(self._values) >= len(self.plans) or (len(self._values) >= 3 and self._since_best >= self.patience):
-            for t in self.plans:
-                if t.trial_key not in self._values:
-                    t.skip_reason = f"not run: {self.patience} launches in a row without improvement (TPE search, no estimator)"
-                    self.skipped.append((t, t.skip_reason))
-                    self._values[t.trial_key] = -1e18
+        left = [t for t in self.plans if t.trial_key not in self._values and t.trial_key not in self.taken]
+        if not left or (len(self._values) >= 3 and self._since_best >= self.patience):
+            for t in left:
+                t.skip_reason = f"not run: {self.patience} launches in a row without improvement (TPE search, no estimator)"
+                self.skipped.append((t, t.skip_reason))
+                self._values[t.trial_key] = -1e18
             return None
         for _ in range(50):
             ot = self._tpe.ask()
@@ -130,10 +132,11 @@ class AdaptiveStrategy(Strategy):
             if key in self._values:  # TPE repeats itself in small spaces: answer from memory
                 self._tpe.tell(ot, self._values[key])
                 continue
+            if key in self.taken:  # another worker runs it: ask again (it stays untold)
+                continue
             self._asked[key] = ot
             return self._by_key[key]
-        t = next(t for t in self.plans if t.trial_key not in self._values)
-        return t
+        return left[0]
 
     def trial_done(self, trial: TrialPlan) -> None:
         if self._tpe is None or trial.trial_key in self._values:
@@ -146,7 +149,8 @@ class AdaptiveStrategy(Strategy):
         else:  # a trial replayed on resume: tell TPE what it already measured
             import optuna
 
-            params, dists = {}, {}
+            params: dict[str, int] = {}
+            dists: dict[str, optuna.distributions.BaseDistribution] = {}
             for s in self._sets:
                 idx = next(i for i, vals in enumerate(s.values) if all(trial.server_args.get(n) == x for n, x in zip(s.names, vals)))
                 params[s.key] = idx
@@ -199,7 +203,7 @@ class AdaptiveStrategy(Strategy):
             t.predicted = {"score": best_pred, "points": {pid: {k: preds[pid].get(k) for k in (self.key, "p99_e2el_ms", "mean_ttft_ms") if k in preds[pid]} for pid in preds}}
             # Most promising load first; points predicted to break the SLOs (beyond the
             # margin) are not run.
-            t.points.sort(key=lambda p: -(scored.get(p.point_id) if scored.get(p.point_id) is not None else -math.inf))
+            t.points.sort(key=lambda p: -(v if (v := scored.get(p.point_id)) is not None else -math.inf))
             t._scores = scored  # type: ignore[attr-defined]
             ranked.append((best_pred, t))
         ranked.sort(key=lambda x: -x[0])
@@ -212,8 +216,8 @@ class AdaptiveStrategy(Strategy):
         return r[len(r) // 2]
 
     def _best_measured(self) -> float | None:
-        vals = [score(r, self.spec.objective) for r in self.results.values() if r.status == "ok" and self.slo.holds(r.summary)]
-        vals = [v for v in vals if v is not None]
+        vals = [v for r in self.results.values() if r.status == "ok" and self.slo.holds(r.summary)
+                if (v := score(r, self.spec.objective)) is not None]
         return max(vals) if vals else None
 
     def _can_beat(self, predicted: float | None) -> bool:
@@ -231,6 +235,8 @@ class AdaptiveStrategy(Strategy):
             return self._tpe_next()
         while self._queue:
             t = self._queue.pop(0)
+            if t.trial_key in self.taken:
+                continue
             pred = (t.predicted or {}).get("score")
             if not self._can_beat(pred) and not any(p.point_id in self.results for p in t.points):
                 t.skip_reason = f"pruned: predicted {self.key} cannot beat the best measured"

@@ -40,6 +40,12 @@ class TrialLoop:
     cancel: threading.Event
     summary: RunSummary
     emit: Callable[..., None]
+    # From the sibling mixins the Runner combines (annotations only; nothing at runtime).
+    _checkpoint: Callable[..., None]  # (trial_id=None, server_up=False)
+    _measure: Callable[..., PointRow]  # (trial, tid, point, server, cmd)
+    _gpus_for: Callable[[TrialPlan], list[int] | None]
+    _record_host: Callable[..., None]
+    _save_point: Callable[..., None]  # (row, records=None, keep_chunks=True)
 
     def _init_trials(self) -> None:
         self._server: Server | None = None
@@ -109,6 +115,7 @@ class TrialLoop:
                 if self.cancel.wait(self.spec.rest_s):
                     raise _Interrupted("signal")
             t_launch = time.monotonic()
+            assert log_path is not None  # a real engine logs to the trial's folder
             server = launch(self.spec.engine, self.spec.framework, self.spec.model, trial.server_args, log_path, gpus=gpus, cancel=self.cancel, tag=self._tag(tid))
             self._server = server
             start_s = time.monotonic() - t_launch

@@ -10,7 +10,10 @@ them before each load point and claim, and a stop also while a point runs.
 
 Every store call of a worker waits out an outage of the shared store (``lease.StoreGuard``).
 
-Left for later (issue 14): the adaptive strategy across workers; Pareto coloured by host class.
+The adaptive strategy decides across workers from the shared store: each claim asks it for the
+next configuration given every point any worker stored (:mod:`core.sweep.shared_adaptive`).
+
+Left for later (issue 14): Pareto coloured by host class.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from core.errors import BadInput
 from core.results.store import LeaseLost, StudyStore
 from core.serve import process as proc_mod
 from core.spec.study import SweepSpec
-from core.sweep import lease
+from core.sweep import lease, shared_adaptive
 from core.sweep.run import Runner
 from core.sweep.control import BEAT_S, CONTROL_POLL_S, _Interrupted
 from core.sweep.strategies import make_strategy
@@ -128,8 +131,6 @@ def join_study(store: StudyStore, spec: SweepSpec, name: str, allow_mixed_hardwa
     from core.results.store import runner_alive
     from core.sweep import create_study
 
-    if spec.strategy == "adaptive":
-        raise BadInput("--join runs the grid and sla strategies; adaptive search across workers is not there yet", "pass --strategy grid or sla")
     if spec.parallel:
         raise BadInput("--join and --parallel do not mix", "run one worker per GPU set with --gpus instead")
     mine = box_hardware(spec)
@@ -177,8 +178,8 @@ class JoinedRunner(Runner):
         self.me = lease.Worker.this()
         # Every store call waits out an outage of the shared store (lease.StoreGuard); what it
         # says about one goes to ``notice`` (the command line: one line on stderr).
-        if not isinstance(store, lease.StoreGuard):
-            store = lease.StoreGuard(store, notice=notice or _stderr_notice)
+        # (A StoreGuard passes for the StudyStore it wraps: it forwards every method.)
+        guarded: Any = store if isinstance(store, lease.StoreGuard) else lease.StoreGuard(store, notice=notice or _stderr_notice)
         self.ttl_s = ttl_s or lease.lease_ttl()
         self._held: int | None = None
         self._rerun: str | None = None
@@ -186,7 +187,7 @@ class JoinedRunner(Runner):
         # The control thread renews the lease the main thread holds: a renewal that fails
         # counts only while that configuration is still the one held (not one just finished).
         self._hold_lock = threading.Lock()
-        super().__init__(store, study, spec=spec, **kw)
+        super().__init__(guarded, study, spec=spec, **kw)
         self._beat_every = min(BEAT_S, self.ttl_s / 4)
 
     @property
@@ -227,32 +228,10 @@ class JoinedRunner(Runner):
         t0 = time.monotonic()
         old = self._install()
         try:
-            strategy = make_strategy(self.spec, self.predictor)
-            skipped = {t.trial_key for t, _ in strategy.skipped}
-            stored = {t.trial_key: t.status for t in self.store.trials(self.study)}
-            for t, reason in strategy.skipped:
-                if stored.get(t.trial_key) != "skipped":
-                    self._store_skipped(t, reason)
-            plans = [t for t in strategy.plans if t.trial_key not in skipped]
-            ids = self._db(lease.seed, self.study, plans)
-            by_id = {ids[t.trial_key]: t for t in plans}
-            if self.store.requested_state(self.study) == "stop" and not self._db(lease.others_alive, self.study, self.me):
-                self.store.request_state(self.study, "run")  # left by workers that are gone
-            self._beat()
-            self._start_watch()
-            self.emit("study_started", model=self.spec.model, engine=self.spec.engine.kind, strategy=self.spec.strategy,
-                      planned_trials=len(strategy.plans), planned_points=sum(len(t.points) for t in strategy.plans),
-                      resumed_points=len(self.store.points(self.study)), simulated=self.spec.engine.kind == "sim", host=self.me.host)
-            while True:
-                self._checkpoint()
-                c = self._db(lease.claim, self.study, self.me, self.ttl_s, only=by_id)
-                if c is None:
-                    if not self._db(lease.remaining, self.study, only=by_id):
-                        break  # what is left (if anything) is for workers that planned it
-                    time.sleep(CONTROL_POLL_S)  # the rest is held by live workers: one may die
-                    self._beat()
-                    continue
-                self._run_claim(c, by_id[c.trial_id])
+            if self.spec.strategy == "adaptive":
+                shared_adaptive.work(self)  # each claim asks the strategy, given every stored point
+            else:
+                self._work_in_plan_order()
             self.summary.wall_s = time.monotonic() - t0
             self.emit("worker_done", **_summary_dict(self.summary))
             if not self._db(lease.remaining, self.study) and self._db(lease.finish_study, self.study):
@@ -279,6 +258,39 @@ class JoinedRunner(Runner):
             for s, h in old.items():
                 signal.signal(s, h)
 
+    def _work_in_plan_order(self) -> None:
+        """grid and sla: claim the configurations in plan order until none is left."""
+        strategy = make_strategy(self.spec, self.predictor)
+        skipped = {t.trial_key for t, _ in strategy.skipped}
+        stored = {t.trial_key: t.status for t in self.store.trials(self.study)}
+        for t, reason in strategy.skipped:
+            if stored.get(t.trial_key) != "skipped":
+                self._store_skipped(t, reason)
+        plans = [t for t in strategy.plans if t.trial_key not in skipped]
+        ids = self._db(lease.seed, self.study, plans)
+        by_id = {ids[t.trial_key]: t for t in plans}
+        self._announce(strategy)
+        while True:
+            self._checkpoint()
+            c = self._db(lease.claim, self.study, self.me, self.ttl_s, only=by_id)
+            if c is None:
+                if not self._db(lease.remaining, self.study, only=by_id):
+                    break  # what is left (if anything) is for workers that planned it
+                time.sleep(CONTROL_POLL_S)  # the rest is held by live workers: one may die
+                self._beat()
+                continue
+            self._run_claim(c, by_id[c.trial_id])
+
+    def _announce(self, strategy) -> None:
+        """This worker is in (its configurations seeded): beat, watch the controls, say so."""
+        if self.store.requested_state(self.study) == "stop" and not self._db(lease.others_alive, self.study, self.me):
+            self.store.request_state(self.study, "run")  # left by workers that are gone
+        self._beat()
+        self._start_watch()
+        self.emit("study_started", model=self.spec.model, engine=self.spec.engine.kind, strategy=self.spec.strategy,
+                  planned_trials=len(strategy.plans), planned_points=sum(len(t.points) for t in strategy.plans),
+                  resumed_points=len(self.store.points(self.study)), simulated=self.spec.engine.kind == "sim", host=self.me.host)
+
     def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """A lease function on the store, waiting out an outage of it."""
         return self.store.call(fn, self.store, *args, **kw)
@@ -291,7 +303,7 @@ class JoinedRunner(Runner):
             except Exception:
                 pass  # it expires on its own
 
-    def _run_claim(self, c: lease.Claim, trial) -> None:
+    def _run_claim(self, c: lease.Claim, trial, strategy=None) -> None:
         self._held, self._rerun, self._lost = c.trial_id, c.rerun, False
         if c.taken_from:
             self.emit("lease_taken_over", trial_id=c.trial_id, from_worker=c.taken_from, rerun_point=c.rerun)
@@ -300,9 +312,9 @@ class JoinedRunner(Runner):
                     if tid == c.trial_id:
                         proc_mod.kill_stale_group(pid, tag=self._tag(tid))
                         self.store.update_trial(self.study, tid, server_pid=None)
-        # A fresh strategy per configuration: its stored points replay into it from scratch.
-        strategy = make_strategy(self.spec, self.predictor)
-        trial = next(t for t in strategy.plans if t.trial_key == trial.trial_key)
+        if strategy is None:  # grid, sla: a fresh strategy per configuration; its stored points replay into it
+            strategy = make_strategy(self.spec, self.predictor)
+            trial = next(t for t in strategy.plans if t.trial_key == trial.trial_key)
         done = {p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")}
         try:
             self._run_trial(strategy, trial, done)
