@@ -50,67 +50,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
 from bench import fit
 from bench import llm_optimizer_formulas as lo
 from bench import rows as R
+from bench.knee_predict import predict_knee
 from bench.rows import LABELS, METRICS
 
 _ape = R.ape
-
-
-def predict_knee(row: dict, arch, gpu=None) -> dict:
-    """knee's estimate for the row (``gpu``: the row's GPU spec, looked up when not given)."""
-    from core.estimate.predict import Predictor
-
-    w = row["workload"]
-    notes = row.get("notes", "")
-    gpu = gpu or R.gpu_of(row)
-    knobs = {**R.engine_defaults(row, gpu), **R.knobs(notes)}
-    gmu = knobs.pop("gpu_memory_utilization", 0.9)
-    mml = knobs.pop("max_model_len", None)
-    n_prompts = R.prompt_count(notes)
-    p = Predictor(
-        arch,
-        gpu,
-        R.workload(row),
-        kv_dtype=row.get("kv_dtype") or "auto",
-        engine=row.get("engine") or "vllm",
-        engine_version=row.get("engine_version"),
-        gpu_memory_utilization=gmu,
-        max_model_len=mml,
-    )
-    tp, dp = R.topology(row)
-    cfg = p.config(tp, dp, extra_args=R.extra_args(notes), **knobs)
-    mode = w.get("mode")
-    if mode == "online-concurrency":
-        pred = p.predict(cfg, concurrency=float(w["concurrency"]), num_prompts=n_prompts)
-    elif mode == "online-rate":
-        pred = p.predict(
-            cfg, request_rate=float(w["request_rate"]), concurrency=w.get("concurrency"), num_prompts=n_prompts,
-            request_timeout_s=R.client_timeout(row),
-        )
-    elif mode == "offline-max-throughput":
-        pred = p.max_throughput(cfg, num_prompts=int(w.get("batch_size") or n_prompts or 1000))
-    elif mode == "single-request":
-        b = int(w.get("batch_size") or 1)
-        pred = p.max_throughput(cfg, num_prompts=b) if b > 1 else p.predict(cfg, concurrency=1)
-    else:
-        raise ValueError(f"unknown mode {mode!r}")
-    stat = "p50" if R.stat(row) == "median" else "mean"
-    # The schema's itl_ms is TPOT; a row whose notes define its figure as the pooled
-    # inter-chunk gap (benchmark_serving's ITL) is compared with knee's gap statistic.
-    gap = re.search(r"itl_ms = [^;]*inter-chunk gap", notes) is not None
-    return {
-        "ttft_ms": pred.ttft_ms.get(stat),
-        "itl_ms": (pred.itl_ms if gap else pred.tpot_ms).get(stat),
-        "e2e_s": pred.e2e_s.get(stat),
-        "req_per_s": pred.req_per_s,
-        "output_tok_per_s": pred.output_tok_per_s,
-    }
 
 
 def predict_lo(row: dict, cfg_dict: dict) -> dict:

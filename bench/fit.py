@@ -182,7 +182,7 @@ def items(rows: list[dict]) -> tuple[list[Item], list[dict]]:
 
 
 def default_predict(item: Item) -> dict:
-    from bench.accuracy import predict_knee
+    from bench.knee_predict import predict_knee
 
     return predict_knee(item.row, item.arch, item.gpu)
 

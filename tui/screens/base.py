@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import ClassVar, cast
 
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from tui.app_state import KneeAppState
 from tui.widgets.mode_bar import ModeBar
-
-if TYPE_CHECKING:
-    from tui.app import KneeApp
 
 
 class KneeScreen(Screen):
     MODE: ClassVar[str] = ""
 
     @property
-    def knee(self) -> "KneeApp":
+    def knee(self) -> KneeAppState:
         """The app, typed (screens call its state and actions)."""
-        return cast("KneeApp", self.app)
+        return cast(KneeAppState, self.app)
 
     @property
     def mode_bar(self) -> ModeBar:
