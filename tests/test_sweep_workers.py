@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from support.procs import wait_for
+from support.procs import kill_mid_configuration, wait_for
 
 from core.results.store import StudyStore, runner_alive
 
@@ -58,18 +57,6 @@ def procs():
             p.wait(10)
 
 
-def in_flight(store: StudyStore, study: str, pids: set[int]) -> dict | None:
-    """A lease of a worker in ``pids`` in the middle of its configuration: at least one of its
-    points stored, and another being measured (not stored)."""
-    stored = defaultdict(set)
-    for p in store.points(study):
-        stored[p.trial_id].add(p.point_id)
-    for row in store.leases(study):
-        if row["state"] == "running" and row["pid"] in pids and row["inflight"] and stored[row["trial_id"]] and row["inflight"] not in stored[row["trial_id"]]:
-            return row
-    return None
-
-
 def open_store(db: Path | str) -> StudyStore:
     """The store the workers share: a SQLite file (once the first worker made it) or a URL."""
     if isinstance(db, Path):
@@ -98,24 +85,8 @@ def three_workers_one_killed_and_a_pause(db: Path | str, procs: list) -> None:
     # Every worker in before anything is judged: on a loaded box one can start seconds late.
     wait_for(lambda: set(started().values()) >= pids, timeout=120, what="all three workers to start")
 
-    # SIGKILL one worker mid-configuration. It is stopped first and the store read again, so
-    # what it held and had in flight is known for certain; a stop that came too late (the
-    # point just stored) lets it go on and the next chance is taken.
-    victim = None
-    end = time.monotonic() + 120
-    while victim is None:
-        assert time.monotonic() < end, "no worker was seen in the middle of a configuration"
-        row = in_flight(store, name, pids)
-        if row is None:
-            time.sleep(0.01)
-            continue
-        os.kill(row["pid"], signal.SIGSTOP)
-        again = next(r for r in store.leases(name) if r["trial_id"] == row["trial_id"])
-        if again["pid"] == row["pid"] and again["inflight"] == row["inflight"] and in_flight(store, name, {row["pid"]}):
-            os.kill(row["pid"], signal.SIGKILL)
-            victim = again
-        else:
-            os.kill(row["pid"], signal.SIGCONT)
+    # SIGKILL one worker mid-configuration (stopped first, so what it held is known for certain).
+    victim = kill_mid_configuration(store, name, pids, timeout=120)
     killed_at = time.time()
     dead = next(p for p in procs if p.pid == victim["pid"])
     dead.wait(10)

@@ -15,16 +15,14 @@ run in-process."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from support.procs import wait_for
-from test_sweep_workers import KNEE, env, in_flight, knee, open_store, procs  # noqa: F401 (procs: a fixture)
+from support.procs import kill_mid_configuration, wait_for
+from test_sweep_workers import KNEE, env, knee, open_store, procs  # noqa: F401 (procs: a fixture)
 from test_sweep_workers_pg import pg_cluster, pg_url  # noqa: F401 (fixtures)
 
 from core.results.store import StudyStore, runner_alive
@@ -170,24 +168,8 @@ def test_an_adaptive_worker_killed_mid_configuration_leaves_it_to_another_which_
     single = single_runner_measured(tmp_path)
     store, workers = start_workers(db, name, procs)
     pids = {p.pid for p in procs}
-    # SIGKILL one worker between two load points of a configuration: stopped first and the
-    # store read again, so what it held and had in flight is known for certain (as in
-    # tests/test_sweep_workers.py); a stop that came too late lets it go on.
-    victim = None
-    end = time.monotonic() + 180
-    while victim is None:
-        assert time.monotonic() < end, "no worker was seen in the middle of a configuration"
-        row = in_flight(store, name, pids)
-        if row is None:
-            time.sleep(0.01)
-            continue
-        os.kill(row["pid"], signal.SIGSTOP)
-        again = next(r for r in store.leases(name) if r["trial_id"] == row["trial_id"])
-        if again["pid"] == row["pid"] and again["inflight"] == row["inflight"] and in_flight(store, name, {row["pid"]}):
-            os.kill(row["pid"], signal.SIGKILL)
-            victim = again
-        else:
-            os.kill(row["pid"], signal.SIGCONT)
+    # SIGKILL one worker between two load points of a configuration (as in tests/test_sweep_workers.py).
+    victim = kill_mid_configuration(store, name, pids, timeout=180)
     killed_at = time.time()
     dead = next(p for p in procs if p.pid == victim["pid"])
     dead.wait(10)

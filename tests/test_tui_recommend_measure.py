@@ -67,14 +67,19 @@ async def _ask_and_confirm(pilot, app, aws, n: str = "2"):
     return body
 
 
+async def _open_recommend(pilot, app):
+    """The Recommend view (F6), once its table is ranked; the screen."""
+    await settle(pilot)
+    await pilot.press("f6")
+    await wait_until(pilot, lambda: _ranked(app), what="the ranked table")
+    return app.screen
+
+
 async def test_measure_two_creates_benchmarks_deletes_and_reranks(aws, runtime, tmp_path, monkeypatch):
     monkeypatch.setenv("KNEE_WORKSPACE", str(tmp_path / "workspace"))
     app = _app(tmp_path, aws)
     async with app.run_test(size=(80, 24)) as pilot:
-        await settle(pilot)
-        await pilot.press("f6")
-        await wait_until(pilot, lambda: _ranked(app), what="the ranked table")
-        screen = app.screen
+        screen = await _open_recommend(pilot, app)
         top2 = [r.candidate.instance for r in list(screen._rows.values())[:2]]
 
         body = await _ask_and_confirm(pilot, app, aws)
@@ -129,10 +134,7 @@ async def test_escape_while_measuring_tears_every_endpoint_down(aws, tmp_path, m
     try:
         app = _app(tmp_path, aws)
         async with app.run_test(size=(80, 24)) as pilot:
-            await settle(pilot)
-            await pilot.press("f6")
-            await wait_until(pilot, lambda: _ranked(app), what="the ranked table")
-            screen = app.screen
+            screen = await _open_recommend(pilot, app)
             await _ask_and_confirm(pilot, app, aws)
             panel = screen.measure_panel
             await wait_until(pilot, lambda: any("measuring c=" in x for x in panel.lines), timeout=120,

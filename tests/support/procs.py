@@ -1,10 +1,13 @@
 """Finding the servers a sweep started, by the KNEE_SERVER_TAG=<study>/... its runner puts in
-each server's environment: the fault and control tests assert that none outlives its sweep."""
+each server's environment: the fault and control tests assert that none outlives its sweep.
+And, for the several-workers tests, killing a worker in the middle of a configuration."""
 
 from __future__ import annotations
 
 import os
+import signal
 import time
+from collections import defaultdict
 from pathlib import Path
 
 
@@ -49,3 +52,35 @@ def exited(pid: int) -> bool:
     except ChildProcessError:
         return True
     return done == pid
+
+
+def in_flight(store, study: str, pids: set[int]) -> dict | None:
+    """A lease of a worker in ``pids`` in the middle of its configuration: at least one of its
+    points stored, and another being measured (not stored)."""
+    stored = defaultdict(set)
+    for p in store.points(study):
+        stored[p.trial_id].add(p.point_id)
+    for row in store.leases(study):
+        if row["state"] == "running" and row["pid"] in pids and row["inflight"] and stored[row["trial_id"]] and row["inflight"] not in stored[row["trial_id"]]:
+            return row
+    return None
+
+
+def kill_mid_configuration(store, study: str, pids: set[int], timeout: float) -> dict:
+    """SIGKILL one worker of ``pids`` between two load points of a configuration; its lease
+    row as it was. The worker is stopped (SIGSTOP) first and the store read again, so what it
+    held and had in flight is known for certain; a stop that came too late (the point just
+    stored) lets it go on, and the next chance is taken."""
+    end = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < end, "no worker was seen in the middle of a configuration"
+        row = in_flight(store, study, pids)
+        if row is None:
+            time.sleep(0.01)
+            continue
+        os.kill(row["pid"], signal.SIGSTOP)
+        again = next(r for r in store.leases(study) if r["trial_id"] == row["trial_id"])
+        if again["pid"] == row["pid"] and again["inflight"] == row["inflight"] and in_flight(store, study, {row["pid"]}):
+            os.kill(row["pid"], signal.SIGKILL)
+            return again
+        os.kill(row["pid"], signal.SIGCONT)
