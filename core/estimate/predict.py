@@ -51,6 +51,7 @@ import math
 
 from core.errors import BadInput
 from core.estimate.costmodel import CostModel, engine_profile
+from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
 from core.estimate.latency import finish, overloaded
 from core.estimate.memory import MemoryPlan, plan_memory
 from core.estimate.prediction import Prediction
@@ -92,10 +93,7 @@ class Predictor:
         if batch is not None:
             # vLLM V1 picks its batch limits by GPU (core/spec/engine_defaults.py).
             self.profile = {**self.profile, "default_max_num_batched_tokens": batch[0], "default_max_num_seqs": batch[1]}
-        if kv_dtype in ("auto", None, "") and self.profile.get("fp8_kv_with_fp8_weights") and arch.quantization.method == "fp8":
-            # TensorRT-LLM's FP8 quantization stores the KV cache in FP8 too unless told not to.
-            kv_dtype = "fp8"
-        self.kv_dtype = kv_dtype or "auto"
+        self.kv_dtype = engine_kv_dtype(self.profile, arch, kv_dtype)
         self.gpu_memory_utilization = gpu_memory_utilization
         # A shared prefix (a system prompt common to every request) exists in the
         # ``shared-prefix`` dataset, which prepends it to the drawn input (prompt = prefix +
@@ -171,12 +169,8 @@ class Predictor:
                 )
 
             plan = make(cfg.gpu_memory_utilization)
-            frac = self.profile.get("kv_free_fraction")
-            if frac:
-                # TensorRT-LLM gives the KV cache a fraction of the memory left *after* the
-                # weights and activations (kv_cache_free_gpu_mem_fraction), not of the total.
-                used = plan.weight_bytes + plan.activation_bytes + plan.runtime_bytes
-                gmu = min(1.0, (used + frac * max(plan.visible_bytes - used, 0.0)) / plan.visible_bytes)
+            gmu = engine_memory_utilization(self.profile, plan, cfg.gpu_memory_utilization)
+            if gmu != cfg.gpu_memory_utilization:
                 plan = make(gmu)
             self._mems[key] = plan
         return plan

@@ -48,7 +48,8 @@ import math
 import numpy as np
 
 from core.errors import BadInput
-from core.estimate.costmodel import CostModel
+from core.estimate.costmodel import CostModel, engine_profile
+from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
 from core.estimate.memory import BLOCK_TOKENS
 from core.load.datasets import sample_lengths
 from core.load.schedule import arrival_times
@@ -142,7 +143,17 @@ def simulate_detailed(
         raise BadInput(f"unknown router {router!r}", f"use one of {', '.join(ROUTERS)}")
     arch = apply_quantization(arch, config)
     config = with_engine_defaults(config, engine, engine_version, hardware.gpu)
+    # The engine's own KV sizing (TensorRT-LLM: FP8 KV with FP8 weights, and a fraction of
+    # the memory left after the weights), as the estimator sizes it.
+    profile = engine_profile(engine, engine_version)
+    kv = engine_kv_dtype(profile, arch, config.kv_cache_dtype)
+    if kv != config.kv_cache_dtype:
+        config = config.model_copy(update={"kv_cache_dtype": kv})
     mem = check_config(arch, hardware, config)
+    gmu = engine_memory_utilization(profile, mem, config.gpu_memory_utilization)
+    if gmu != config.gpu_memory_utilization:
+        config = config.model_copy(update={"gpu_memory_utilization": gmu})
+        mem = check_config(arch, hardware, config)
     if kv_tokens is not None:
         if kv_tokens < BLOCK:
             raise BadInput(f"kv_tokens must hold one block ({BLOCK} tokens) at least, got {kv_tokens}")
