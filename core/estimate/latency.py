@@ -29,8 +29,12 @@ from core.spec.serving import ServerConfig
 
 def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, wait: float, wait_kind: str,
            limited: str, saturated: bool, concurrency: float | None, request_rate: float | None, budget: int,
-           seqs: int, cap: float, gaps: list[tuple[float, float]] | None = None, resumed: float = 0.0) -> Prediction:
-    """Means and approximate percentiles from a replica's steady state."""
+           seqs: int, cap: float, gaps: list[tuple[float, float]] | None = None, resumed: float = 0.0,
+           first_wave: tuple[float, float] = (0.0, 0.0)) -> Prediction:
+    """Means and approximate percentiles from a replica's steady state. ``first_wave``:
+    (the share of a finite closed-loop run's requests sent together at its start, the
+    seconds their prompts take to prefill back to back); those wait for the prompts before
+    theirs, half of it on average, and make the TTFT's upper tail."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.request_overhead_s
     chunked = shape.chunked
@@ -39,7 +43,8 @@ def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, 
     others = st.n - 1 if wait_kind == "fixed" else st.n
     busy = min(1.0, max(others, 0.0))
     ms = multi_step(cfg)
-    ttft_mean = ovh + wait + st.align(others) * ms + st.prefill
+    f1, storm = first_wave
+    ttft_mean = ovh + wait + st.align(others) * ms + st.prefill + f1 * storm / 2.0
     tok = cm.output_token_overhead_s
     # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
     # (or, without chunked prefill, gaps that span a whole prefill step); for a burst,
@@ -90,6 +95,8 @@ def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, 
         pf = max(st.prefill + (computed_q - Ic) * per_token, per_token * computed_q)
         pf *= (1 + share * k_coll) / (1 + share * collide_m)
         t = ovh + w + q * st.mean_step * busy * ms + pf
+        if f1 > 0 and q > 1.0 - f1:  # the slowest requests are the first wave's last prompts
+            t += storm * (q - (1.0 - f1)) / f1
         ttft_q[name] = t
         if gaps:
             tp = gap_q[name]  # a burst: requests decode at whatever batch they met

@@ -216,7 +216,9 @@ class Predictor:
 
         An open loop whose rate exceeds what the deployment completes is a finite run of
         ``num_prompts`` requests (else ``duration_s`` of arrivals, else the workload's count):
-        the queue grows through the run. With a client ``request_timeout_s``, the requests
+        the queue grows through the run. A closed loop given ``num_prompts`` is a finite
+        benchmark run: its first requests start together, and their back-to-back prefill is in
+        the TTFT (without it, the steady state that production traffic sees). With a client ``request_timeout_s``, the requests
         that cannot finish within it fail, and the latencies and throughput are those of the
         requests that finished (what a benchmark client reports)."""
         if concurrency is None and request_rate is None:
@@ -268,8 +270,14 @@ class Predictor:
                 admit = min(float(seqs), mem.kv_tokens / (self.input_len - cached + 16.0))
                 ttft_wait = max(0.0, c - max(admit, n)) / x
                 resumed, wait = wait - ttft_wait, ttft_wait
+            # A finite benchmark run (num_prompts given) starts with its first C requests at
+            # once: their prompts prefill back to back (production traffic has no such start).
+            first_wave = (0.0, 0.0)
+            if num_prompts:
+                w = min(c, cap)
+                first_wave = (min(1.0, w / max(num_prompts / dp, 1.0)), prefill_storm(self.shape, cm, w, budget, cached))
             return finish(self.shape, cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs, cap,
-                          resumed=resumed)
+                          resumed=resumed, first_wave=first_wave)
 
         lam = request_rate / dp
         st_cap = steady_state(self.shape, cm, cap, budget, cached)
