@@ -34,6 +34,9 @@ from support import tinymodel, vllm_server  # `tests` is taken in site-packages;
 
 TIERS = ("realvllm", "moto", "tmux", "postgres")
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Every sweep event a test's runner emits (in this process or a knee subprocess) must match
+# its model in core/spec/events.py: a mismatch raises instead of being logged.
+os.environ["KNEE_STRICT_EVENTS"] = "1"
 
 
 def _in_ci() -> bool:

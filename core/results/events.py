@@ -1,7 +1,9 @@
 """A study's event stream: the append-only log a runner writes and viewers follow.
 
 Part of :class:`core.results.store.StudyStore` (as :class:`EventLog`, which needs its
-``engine``); the kinds and their fields are :class:`core.spec.study.Event`'s.
+``engine``). Each event read back is a :class:`core.spec.events.StoredEvent`: its ``.event``
+is the typed payload (the models of :mod:`core.spec.events`, where the kinds and their fields
+are declared).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sqlalchemy as sa
 from core.results.codec import dumps
 from core.results.follow import StudyFollower
 from core.results.schema import events_t
+from core.spec.events import StoredEvent
 from core.spec.study import Event
 
 # Kinds the Event model lists. A newer runner sharing the store may emit kinds this version
@@ -24,9 +27,9 @@ from core.spec.study import Event
 _EVENT_KINDS = frozenset(typing.get_args(Event.model_fields["kind"].annotation))
 
 
-def event_from_row(r: sa.RowMapping) -> Event:
+def event_from_row(r: sa.RowMapping) -> StoredEvent:
     fields = {"seq": r["seq"], "study": r["study"], "time": r["time"], "kind": r["kind"], "data": json.loads(r["data"] or "{}")}
-    return Event(**fields) if r["kind"] in _EVENT_KINDS else Event.model_construct(**fields)
+    return StoredEvent(**fields) if r["kind"] in _EVENT_KINDS else StoredEvent.model_construct(**fields)
 
 
 class EventLog:
@@ -41,7 +44,7 @@ class EventLog:
             assert key is not None  # a single-row INSERT into a table with a primary key
             return int(key[0])
 
-    def events(self, study: str, after: int = 0, limit: int = 10_000, kinds: Sequence[str] | None = None) -> list[Event]:
+    def events(self, study: str, after: int = 0, limit: int = 10_000, kinds: Sequence[str] | None = None) -> list[StoredEvent]:
         q = sa.select(events_t).where(events_t.c.study == study, events_t.c.seq > after)
         if kinds:
             q = q.where(events_t.c.kind.in_(list(kinds)))
@@ -49,7 +52,7 @@ class EventLog:
             rows = c.execute(q.order_by(events_t.c.seq).limit(limit)).mappings().all()
         return [event_from_row(r) for r in rows]
 
-    def follow(self, study: str, after: int = 0, poll_s: float = 0.1, stop_when_done: bool = True) -> Iterator[Event]:
+    def follow(self, study: str, after: int = 0, poll_s: float = 0.1, stop_when_done: bool = True) -> Iterator[StoredEvent]:
         """Yield events as they are appended (tail -f on the study). With ``stop_when_done``
         it ends after the event that ends the study's last run, or once no runner works on
         it (see :meth:`core.results.follow.StudyFollower.events`)."""

@@ -1,7 +1,8 @@
 """Following a study from its store: its new events, and whether its runner is still at work.
 
 The one follower every viewer uses: the TUI's Sweep screen (``tui.data.sweep_state``),
-``knee attach`` and :meth:`StudyStore.follow`. It never writes, so closing a viewer, or
+``knee attach`` and :meth:`StudyStore.follow`; each event it yields carries its typed payload
+as ``.event`` (:class:`core.spec.events.StoredEvent`). It never writes, so closing a viewer, or
 losing its terminal, leaves the runner alone; a viewer on another machine that shares the
 store follows the same way.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.results.liveness import runner_alive, runner_gone, study_status
-from core.spec.study import Event
+from core.spec.events import StoredEvent
 
 ENDED = ("study_done", "study_interrupted")
 # Events after which the study row (status, runner) has changed: it is re-read at once.
@@ -68,7 +69,7 @@ class StudyFollower:
         self._row_at: float | None = None
         self._over_since: float | None = None
 
-    def poll(self) -> list[Event]:
+    def poll(self) -> list[StoredEvent]:
         """The events appended since the last call (the state re-read when due).
 
         The row is read before the events, so a "done" status comes with every event the
@@ -91,11 +92,11 @@ class StudyFollower:
         self._row_at = time.monotonic() if now is None else now
         return self.state
 
-    def ends_run(self, ev: Event) -> bool:
+    def ends_run(self, ev: StoredEvent) -> bool:
         """Whether ``ev`` ended the study's last run (not one that a resume has restarted)."""
         return ev.kind in ENDED and not self.store.events(self.study, after=ev.seq, kinds=["study_started"])
 
-    def events(self, poll_s: float = 0.1, stop_when_done: bool = True) -> Iterator[Event]:
+    def events(self, poll_s: float = 0.1, stop_when_done: bool = True) -> Iterator[StoredEvent]:
         """Yield events as they are appended (tail -f on the study). With ``stop_when_done``
         it ends after the event that ends the last run, or when no runner is working on it
         and every event is read (a runner killed without a word writes no last event)."""

@@ -34,6 +34,7 @@ from core.errors import BadInput, KneeError
 from core.results.liveness import runner_alive
 from core.results.store import StudyStore
 from core.serve.engines import Server
+from core.spec.events import check_emitted
 from core.spec.slo import parse_constraints
 from core.spec.study import PointRow, SweepSpec
 from core.sweep.calibration import CalibratedPredictor, StudyLearner
@@ -139,6 +140,16 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
 
     # ---- events -----------------------------------------------------------------------------
     def emit(self, kind: str, /, **data: Any) -> None:
+        # Checked against its model first: a misspelt field or a wrong type raises in the
+        # tests (KNEE_STRICT_EVENTS=1, set by tests/conftest.py), not silently in a viewer. A
+        # live sweep logs it and goes on: an event's shape must never stop a paid GPU run.
+        # Stored as emitted either way, so its JSON keeps its shape.
+        try:
+            check_emitted(kind, data)
+        except ValueError as e:
+            if os.environ.get("KNEE_STRICT_EVENTS") == "1":
+                raise
+            log.error("sweep event %s does not match core/spec/events.py: %s", kind, e)
         self.store.emit(self.study, kind, **data)
         self._beat()
         if self.on_event is not None and not self._events_via_store:

@@ -20,6 +20,7 @@ from typing import Any
 
 from core.results.follow import StudyFollower
 from core.results.store import StudyStore
+from core.spec.events import Calibration, PointDone, PointSkipped, Progress, StoredEvent, StudyStarted, TrialDone, TrialFailed, TrialStarted
 from core.spec.study import PointRow, TrialRow
 from tui.data.workers import WorkerView, point_host_names, read_workers
 
@@ -159,7 +160,7 @@ class SweepFollower:
         self._seq = 0
         self._tok_s: deque[float] = deque(maxlen=SPARK_LEN)
         self._live = LiveView()
-        self._meta: dict[str, Any] = {}
+        self._started: StudyStarted | None = None  # the latest study_started event
         self._events: dict[int, deque[str]] = {}
         self._rows: dict[str, RowView] = {}
         self._trial_args: dict[int, str] = {}
@@ -195,7 +196,7 @@ class SweepFollower:
         self._requested = state.requested
         for e in events:
             self._seq = e.seq
-            self._apply(e.kind, e.data)
+            self._apply(e)
         if now - self._workers_at >= WORKERS_EVERY_S:
             self._workers_at = now
             self._workers = read_workers(self.store, self.study)
@@ -221,15 +222,16 @@ class SweepFollower:
                 and prev.requested == self._requested and prev.workers == self._workers):
             return None
         info = study.get("info", {})
+        started = self._started or StudyStarted()
         self._snapshot = SweepSnapshot(
             study=self.study,
             status=status,
             runner_alive=alive,
             model=study.get("model", ""),
-            engine=self._meta.get("engine", info.get("engine", "")),
-            simulated=bool(self._meta.get("simulated", info.get("engine") == "sim")),
-            planned_trials=int(self._meta.get("planned_trials", 0)),
-            planned_points=int(self._meta.get("planned_points", 0)),
+            engine=started.engine if started.engine is not None else info.get("engine", ""),
+            simulated=bool(started.simulated if started.simulated is not None else info.get("engine") == "sim"),
+            planned_trials=started.planned_trials or 0,
+            planned_points=started.planned_points or 0,
             rows=tuple(self._rows.values()),
             live=self._live,
             last_seq=self._seq,
@@ -293,96 +295,92 @@ class SweepFollower:
         self._rows[key] = RowView(key=key, trial_id=tid, status=status, server_args=self._trial_args.get(tid, ""),
                                   load="", reason=reason.split("\n")[0])
 
-    def _apply(self, kind: str, data: dict[str, Any]) -> None:
-        tid = data.get("trial_id")
-        if kind == "study_started":
-            self._meta.update(data)
+    def _apply(self, e: StoredEvent) -> None:
+        ev, kind = e.event, e.kind
+        # getattr: any kind of one trial carries its id, a kind this version does not know too.
+        tid: Any = getattr(ev, "trial_id", None)
+        if isinstance(ev, StudyStarted):
+            self._started = ev
         if kind == "paused":
             self._paused = True
         elif kind in ("continued", "study_started", "study_done", "study_interrupted"):
             self._paused = False
-        if tid is not None and kind == "calibration":
+        if tid is not None and isinstance(ev, Calibration):
             from core.sweep.calibration import calibration_line
 
-            self._events.setdefault(tid, deque(maxlen=200)).append(calibration_line(data))
+            self._events.setdefault(tid, deque(maxlen=200)).append(calibration_line(e.data))
         elif tid is not None and kind != "progress":
             line = kind.replace("_", " ")
-            if data.get("reason"):
-                line += f": {str(data['reason']).splitlines()[0]}"
-            elif data.get("load"):
-                line += f" {data['load']}"
+            reason, load = getattr(ev, "reason", None), getattr(ev, "load", None)
+            if reason:
+                line += f": {str(reason).splitlines()[0]}"
+            elif load:
+                line += f" {load}"
             self._events.setdefault(tid, deque(maxlen=200)).append(line)
-        if kind == "trial_started":
-            self._trial_args[tid] = _args(data.get("server_args") or {})
-            if data.get("log_path"):
-                self._log_paths[tid] = data["log_path"]
+        if isinstance(ev, TrialStarted):
+            self._trial_args[tid] = _args(ev.server_args or {})
+            if ev.log_path:
+                self._log_paths[tid] = ev.log_path
             self._trial_line(tid, "running")
-        elif kind in ("trial_failed", "point_skipped"):
-            if data.get("server_args") is not None:
-                self._trial_args.setdefault(tid, _args(data["server_args"]))
-            self._trial_line(tid, "failed" if kind == "trial_failed" else "skipped", str(data.get("reason") or ""))
+        elif isinstance(ev, (TrialFailed, PointSkipped)):
+            if ev.server_args is not None:
+                self._trial_args.setdefault(tid, _args(ev.server_args))
+            self._trial_line(tid, "failed" if isinstance(ev, TrialFailed) else "skipped", str(ev.reason or ""))
             self._stale = True
-        elif kind == "trial_done":
+        elif isinstance(ev, TrialDone):
             self._finished.add(tid)
             if self._trial_points.get(tid):
                 self._rows.pop(f"trial-{tid}", None)
             else:
-                self._trial_line(tid, str(data.get("status") or "ok"))
+                self._trial_line(tid, str(ev.status or "ok"))
             self._stale = True
-        elif kind == "point_done":
-            self._point_done(tid, data)
-        elif kind == "progress":
-            self._progress(tid, data)
+        elif isinstance(ev, PointDone):
+            self._point_done(tid, ev)
+        elif isinstance(ev, Progress):
+            self._progress(tid, ev)
 
-    def _point_done(self, tid: int, data: dict[str, Any]) -> None:
-        key = data.get("point_id") or f"point-{self._seq}"
-        status = str(data.get("status") or "ok")
-        violations = data.get("violations") or []
+    def _point_done(self, tid: int, ev: PointDone) -> None:
+        key = ev.point_id or f"point-{self._seq}"
+        status = str(ev.status or "ok")
+        violations = ev.violations or []
         self._rows[key] = RowView(
             key=key,
             trial_id=tid,
             status=status,
             server_args=self._trial_args.get(tid, ""),
-            load=_load(data.get("client_args") or {}) or str(data.get("load", "")),
-            e2e_p99=data.get("p99_e2el_ms"),
-            req_s=data.get("request_throughput"),
-            tok_s=data.get("output_throughput"),
-            slo=data.get("meets_slo") if status == "ok" else None,
-            reason=str(data.get("reason") or "; ".join(violations)).split("\n")[0],
-            simulated=bool(data.get("simulated")),
+            load=_load(ev.client_args or {}) or (ev.load or ""),
+            e2e_p99=ev.p99_e2el_ms,
+            req_s=ev.request_throughput,
+            tok_s=ev.output_throughput,
+            slo=ev.meets_slo if status == "ok" else None,
+            reason=str(ev.reason or "; ".join(violations)).split("\n")[0],
+            simulated=bool(ev.simulated),
         )
         self._trial_points[tid] = self._trial_points.get(tid, 0) + 1
         self._stale = True  # the stored point has the TTFT and ITL percentiles too
-        tps = data.get("output_throughput")
-        if isinstance(tps, (int, float)):
-            self._tok_s.append(float(tps))
-        done = int(data.get("completed") or 0)
-        failed = int(data.get("failed") or 0)
+        if ev.output_throughput is not None:
+            self._tok_s.append(ev.output_throughput)
+        done = int(ev.completed or 0)
+        failed = int(ev.failed or 0)
         # The GPU memory of the point's last progress stays: it is the trial's until the next.
         gpu = self._live.gpu_memory if self._live.trial_id == tid else ""
-        self._live = LiveView(trial_id=tid, load=str(data.get("load", "")), completed=done, total=done + failed,
+        self._live = LiveView(trial_id=tid, load=ev.load or "", completed=done, total=done + failed,
                               failed=failed, gpu_memory=gpu, tokens_per_s=tuple(self._tok_s))
 
-    def _progress(self, tid: int | None, data: dict[str, Any]) -> None:
-        def num(key: str) -> int | None:
-            v = data.get(key)
-            return int(v) if isinstance(v, (int, float)) else None
-
-        tps = data.get("output_tokens_per_s")
-        if isinstance(tps, (int, float)):
-            self._tok_s.append(float(tps))
-        running = num("server_running")
-        kv = data.get("kv_cache_usage")
+    def _progress(self, tid: int | None, ev: Progress) -> None:
+        if ev.output_tokens_per_s is not None:
+            self._tok_s.append(ev.output_tokens_per_s)
+        running = int(ev.server_running) if ev.server_running is not None else ev.running
         self._live = LiveView(
             trial_id=tid,
-            load=str(data.get("load", self._live.load)),
-            completed=num("completed") or 0,
-            total=num("total") or self._live.total,
-            failed=num("failed") or 0,
-            running=running if running is not None else num("running"),
-            waiting=num("server_waiting"),
-            kv_usage=float(kv) if isinstance(kv, (int, float)) else None,
+            load=ev.load if ev.load is not None else self._live.load,
+            completed=ev.completed or 0,
+            total=ev.total or self._live.total,
+            failed=ev.failed or 0,
+            running=running,
+            waiting=int(ev.server_waiting) if ev.server_waiting is not None else None,
+            kv_usage=ev.kv_cache_usage,
             # A point's start has no sample yet: the trial's last one stands until it does.
-            gpu_memory=str(data.get("gpu_memory") or (self._live.gpu_memory if self._live.trial_id == tid else "")),
+            gpu_memory=ev.gpu_memory or (self._live.gpu_memory if self._live.trial_id == tid else ""),
             tokens_per_s=tuple(self._tok_s),
         )
