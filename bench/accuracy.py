@@ -88,20 +88,22 @@ def run(path, loso: bool = False, key: str = "id") -> dict:
             lo_err = None
         except (lo.Unsupported, KeyError, ZeroDivisionError) as e:
             lp, lo_err = {}, str(e)
-        results.append({
-            "id": row["id"],
-            "gpu": row["gpu"],
-            "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
-            "engine_name": row.get("engine"),
-            "mode": row["workload"].get("mode"),
-            "measured": meas,
-            "knee": kn,
-            "knee_error": kn_err,
-            "llm_optimizer": lp,
-            "llm_optimizer_error": lo_err,
-            "ape_knee": {k: _ape(kn.get(k), meas[k]) for k in METRICS},
-            "ape_lo": {k: _ape(lp.get(k), meas[k]) for k in METRICS},
-        })
+        results.append(
+            {
+                "id": row["id"],
+                "gpu": row["gpu"],
+                "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
+                "engine_name": row.get("engine"),
+                "mode": row["workload"].get("mode"),
+                "measured": meas,
+                "knee": kn,
+                "knee_error": kn_err,
+                "llm_optimizer": lp,
+                "llm_optimizer_error": lo_err,
+                "ape_knee": {k: _ape(kn.get(k), meas[k]) for k in METRICS},
+                "ape_lo": {k: _ape(lp.get(k), meas[k]) for k in METRICS},
+            }
+        )
     rep = {"rows": results, "skipped": skipped, "summary": summarize(results, skipped, len(rows))}
     if loso:
         rep["honest"] = honest(rows, results, key)
@@ -130,8 +132,14 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
         src, q = held[it.id]
         fit.attach(r, "knee", src, p, q)
     return fit.honest_report(
-        results, "ape_knee", full, folds, key,
-        "coordinate pattern search in log space on the estimator, robust mean of capped |log(pred/meas)| (bench/fit.py)", t0)
+        results,
+        "ape_knee",
+        full,
+        folds,
+        key,
+        "coordinate pattern search in log space on the estimator, robust mean of capped |log(pred/meas)| (bench/fit.py)",
+        t0,
+    )
 
 
 def summarize(results, skipped, total) -> dict:
@@ -234,14 +242,19 @@ def print_report(rep: dict, quiet: bool = False) -> None:
     if "honest" in rep:
         h = rep["honest"]
         print()
-        print(f"Honest validation (issue 11): parameters fitted in-sample on all {h['rows']} predicted rows, and leave-one-source-out "
-              f"over {h['sources']} sources (source = {'id prefix' if h['key'] == 'id' else 'id prefix without trailing digits'}); "
-              f"{h['method']}; {h['seconds']:.0f} s")
+        print(
+            f"Honest validation (issue 11): parameters fitted in-sample on all {h['rows']} predicted rows, and leave-one-source-out "
+            f"over {h['sources']} sources (source = {'id prefix' if h['key'] == 'id' else 'id prefix without trailing digits'}); "
+            f"{h['method']}; {h['seconds']:.0f} s"
+        )
         if not quiet:
             print("Per row: APE hand-set / fitted / LOSO")
             for r in rep["rows"]:
-                cells = [f"{LABELS[m]} {_pct(r['ape_knee'][m])}/{_pct(r['ape_fitted'][m])}/{_pct(r['ape_loso'][m])}"
-                         for m in METRICS if r["measured"][m] is not None]
+                cells = [
+                    f"{LABELS[m]} {_pct(r['ape_knee'][m])}/{_pct(r['ape_fitted'][m])}/{_pct(r['ape_loso'][m])}"
+                    for m in METRICS
+                    if r["measured"][m] is not None
+                ]
                 print(f"  {r['id']:14} {r['source']:12} " + "  ".join(cells))
         for ln in fit.format_compare(h, h["params"]):
             print(ln)
@@ -253,13 +266,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", nargs="*", default=[str(R.DEFAULT)], help="JSONL files, read together (default: measurements.jsonl)")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout (the summary inside), nothing else")
     ap.add_argument("--quiet", action="store_true", help="summaries only")
-    ap.add_argument("--loso", action="store_true",
-                    help="honest validation: fit the physical parameters in-sample and leave-one-source-out (bench/fit.py; ~1 min per 100 rows)")
-    ap.add_argument("--loso-key", choices=("id", "publisher"), default="id",
-                    help="source of a row: its id prefix (default), or that prefix without trailing digits (trt09/trt014/trt10 -> trt)")
-    ap.add_argument("--bands-out", metavar="FILE",
-                    help="write the error bands (10th/90th percentile of measured/predicted per metric) that knee estimate shows: "
-                         "from the held-out predictions with --loso, else from the shipped estimator on these rows")
+    ap.add_argument(
+        "--loso",
+        action="store_true",
+        help="honest validation: fit the physical parameters in-sample and leave-one-source-out (bench/fit.py; ~1 min per 100 rows)",
+    )
+    ap.add_argument(
+        "--loso-key",
+        choices=("id", "publisher"),
+        default="id",
+        help="source of a row: its id prefix (default), or that prefix without trailing digits (trt09/trt014/trt10 -> trt)",
+    )
+    ap.add_argument(
+        "--bands-out",
+        metavar="FILE",
+        help="write the error bands (10th/90th percentile of measured/predicted per metric) that knee estimate shows: "
+        "from the held-out predictions with --loso, else from the shipped estimator on these rows",
+    )
     a = ap.parse_args(argv)
     for p in a.path:
         if not Path(p).exists():

@@ -81,7 +81,9 @@ def main() -> None:
         return Workload.fixed(round(s["total_input_tokens"] / n), round(s["total_output_tokens"] / n), num_prompts=prompts)
 
     rows = calib.replay(points, cal, workload_of)
-    print(f"{'#':>2} {'max_num_seqs':>12} {'c':>3} {'stage':>8} | {'tok/s meas':>10} {'uncal':>7} {'calib':>7} | {'TPOT ms':>8} {'uncal':>7} {'calib':>7}")
+    print(
+        f"{'#':>2} {'max_num_seqs':>12} {'c':>3} {'stage':>8} | {'tok/s meas':>10} {'uncal':>7} {'calib':>7} | {'TPOT ms':>8} {'uncal':>7} {'calib':>7}"
+    )
     thr_u, thr_c, tpot_u, tpot_c = [], [], [], []
     for i, r in enumerate(rows):
         p, b, c = r["point"], r["base"], r["calibrated"]

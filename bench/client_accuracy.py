@@ -91,18 +91,25 @@ def main() -> None:
         uv = False
     srv = start_cadence_server(a.ttft / 1000, a.itl / 1000, use_uvloop=uv)
     offered = a.streams * 1000 / a.itl
-    print(f"cadence server: first token {a.ttft:g} ms, then 1 / {a.itl:g} ms; {a.streams} streams x {a.osl} tokens "
-          f"(offered {offered:,.0f} tok/s); transport {a.transport}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
-    print(f"{'run':>4}{'tok/s':>10}{'TTFT err p50':>14}{'p99':>8}{'max':>8}{'ITL err p50':>13}{'p99':>8}{'max':>8}"
-          f"{'mean TPOT':>11}{'loop lag p99':>14}  sched      p99<1ms")
+    print(
+        f"cadence server: first token {a.ttft:g} ms, then 1 / {a.itl:g} ms; {a.streams} streams x {a.osl} tokens "
+        f"(offered {offered:,.0f} tok/s); transport {a.transport}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'run':>4}{'tok/s':>10}{'TTFT err p50':>14}{'p99':>8}{'max':>8}{'ITL err p50':>13}{'p99':>8}{'max':>8}"
+        f"{'mean TPOT':>11}{'loop lag p99':>14}  sched      p99<1ms"
+    )
     try:
         for i in range(a.repeat):
             r = one_run(srv, a.streams, a.osl, a.transport, a.realtime, f"acc{i}-")
             ok = r["ttft"][1] < 1.0 and r["itl"][1] < 1.0
-            print(f"{i:>4}{r['tok_s']:>10,.0f}{r['ttft'][0]:>14.3f}{r['ttft'][1]:>8.3f}{r['ttft'][2]:>8.2f}"
-                  f"{r['itl'][0]:>13.3f}{r['itl'][1]:>8.3f}{r['itl'][2]:>8.2f}{r['tpot']:>11.3f}"
-                  f"{r['health'].loop_lag_p99_ms:>14.2f}  {'SCHED_RR' if r['rt'] else 'normal':<10} {'yes' if ok else 'no'}"
-                  + ("" if r["completed"] == a.streams else f"  ({a.streams - r['completed']} failed)"), flush=True)
+            print(
+                f"{i:>4}{r['tok_s']:>10,.0f}{r['ttft'][0]:>14.3f}{r['ttft'][1]:>8.3f}{r['ttft'][2]:>8.2f}"
+                f"{r['itl'][0]:>13.3f}{r['itl'][1]:>8.3f}{r['itl'][2]:>8.2f}{r['tpot']:>11.3f}"
+                f"{r['health'].loop_lag_p99_ms:>14.2f}  {'SCHED_RR' if r['rt'] else 'normal':<10} {'yes' if ok else 'no'}"
+                + ("" if r["completed"] == a.streams else f"  ({a.streams - r['completed']} failed)"),
+                flush=True,
+            )
     finally:
         srv.stop()
     print(f"errors in ms (|client stamp - server write|); goal p99 < 1 ms; load average after {os.getloadavg()[0]:.2f}")

@@ -102,8 +102,16 @@ def run_vllm(srv, c: int, osl: int, tokenizer_dir: Path) -> dict:
     cpu0, w0 = _cpu_s(pid), time.perf_counter()
     # vllm bench's random dataset; input_len small so that its prompt making is quick.
     ref = run_vllm_bench(
-        srv.url, tokenizer_dir, concurrency=c, num_prompts=n, input_len=16, output_len=osl,
-        model_name=MODEL, seed=c, num_warmups=c, extra=["--save-detailed"],
+        srv.url,
+        tokenizer_dir,
+        concurrency=c,
+        num_prompts=n,
+        input_len=16,
+        output_len=osl,
+        model_name=MODEL,
+        seed=c,
+        num_warmups=c,
+        extra=["--save-detailed"],
     )
     server_cpu = (_cpu_s(pid) - cpu0) / (time.perf_counter() - w0)  # includes vllm's start-up idle time
     truth = srv.truth()
@@ -113,7 +121,13 @@ def run_vllm(srv, c: int, osl: int, tokenizer_dir: Path) -> dict:
             continue
         t = st + ttft + np.concatenate(([0.0], np.cumsum(itl)))
         stamps[req["prompt"]] = t
-    return {"tok_s": ref["output_throughput"], "failed": int(ref.get("failed", 0)), "err": _errors(stamps, truth), "server_cpu": server_cpu, "client_cpu": float("nan")}
+    return {
+        "tok_s": ref["output_throughput"],
+        "failed": int(ref.get("failed", 0)),
+        "err": _errors(stamps, truth),
+        "server_cpu": server_cpu,
+        "client_cpu": float("nan"),
+    }
 
 
 def main() -> None:
@@ -146,9 +160,13 @@ def main() -> None:
     except ImportError:
         use_uv = False
     srv = start_cadence_server(TTFT_S, a.itl / 1000.0, model=MODEL, use_uvloop=use_uv)
-    print(f"cadence server: first token {TTFT_S * 1000:g} ms, then 1 token / {a.itl:g} ms; {a.osl} tokens per request; "
-          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'client':<18}{'streams':>8}{'offered':>10}{'tok/s':>10}{'p50 err':>10}{'p99 err':>10}{'max err':>10}{'client cpu':>11}{'server cpu':>11}  ok")
+    print(
+        f"cadence server: first token {TTFT_S * 1000:g} ms, then 1 token / {a.itl:g} ms; {a.osl} tokens per request; "
+        f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"{'client':<18}{'streams':>8}{'offered':>10}{'tok/s':>10}{'p50 err':>10}{'p99 err':>10}{'max err':>10}{'client cpu':>11}{'server cpu':>11}  ok"
+    )
     best: dict[str, float] = {}
     delivered: dict[str, tuple[float, float]] = {}  # highest tok/s at >= 90% of offered, and its p99 error
     rows = []
@@ -173,8 +191,11 @@ def main() -> None:
                 if ok:
                     best[client] = max(best.get(client, 0.0), r["tok_s"])
                 rows.append({"client": client, "streams": c, "tok_s": r["tok_s"], "p50_err_ms": p50, "p99_err_ms": p99, "ok": ok})
-                print(f"{client:<18}{c:>8}{offered:>10,.0f}{r['tok_s']:>10,.0f}{p50:>10.3f}{p99:>10.3f}{mx:>10.2f}"
-                      f"{r['client_cpu']:>11.2f}{r['server_cpu']:>11.2f}  {'yes' if ok else 'no'}", flush=True)
+                print(
+                    f"{client:<18}{c:>8}{offered:>10,.0f}{r['tok_s']:>10,.0f}{p50:>10.3f}{p99:>10.3f}{mx:>10.2f}"
+                    f"{r['client_cpu']:>11.2f}{r['server_cpu']:>11.2f}  {'yes' if ok else 'no'}",
+                    flush=True,
+                )
                 if not ok and p99 > 20:
                     break  # far past its limit; higher levels only take longer
     finally:
@@ -184,8 +205,10 @@ def main() -> None:
     print()
     for client in clients:
         d_tok, d_p99 = delivered.get(client, (0.0, float("nan")))
-        print(f"{client:<18} sustains {best.get(client, 0.0):>10,.0f} tok/s with p99 timestamp error < 1 ms; "
-              f"keeps up with {d_tok:>10,.0f} tok/s at most (p99 error there {d_p99:.1f} ms)")
+        print(
+            f"{client:<18} sustains {best.get(client, 0.0):>10,.0f} tok/s with p99 timestamp error < 1 ms; "
+            f"keeps up with {d_tok:>10,.0f} tok/s at most (p99 error there {d_p99:.1f} ms)"
+        )
     knee_best = max(((v, k) for k, v in best.items() if k.startswith("knee/")), default=(0.0, "none"))
     ref = best.get("vllm bench serve")
     ratio = f"{knee_best[0] / ref:.2f}x vllm bench serve ({ref:,.0f} tok/s)" if ref else "vllm bench serve: not measured or never under 1 ms"
@@ -194,8 +217,10 @@ def main() -> None:
         knee_best = (0.0, kd[1])
     vd = delivered.get("vllm bench serve", (0.0, 0.0))[0]
     kept = f"; keeps up with {kd[0]:,.0f} tok/s = {kd[0] / vd:.1f}x vllm bench serve's {vd:,.0f}" if vd else ""
-    print(f"summary: transport '{knee_best[1].removeprefix('knee/')}' won: knee sustains {knee_best[0]:,.0f} tok/s with p99 "
-          f"timestamp error < 1 ms = {ratio}{kept}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"summary: transport '{knee_best[1].removeprefix('knee/')}' won: knee sustains {knee_best[0]:,.0f} tok/s with p99 "
+        f"timestamp error < 1 ms = {ratio}{kept}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     out = ROOT / ".cache" / "client_capacity.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "best": best}, indent=1, default=float))

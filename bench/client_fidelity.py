@@ -79,8 +79,13 @@ def run_knee(srv, streams: int, n: int, osl: int, tag: str) -> dict:
     ok = [r for r in res.records if r.error is None and len(r.chunk_times)]
     t0 = res.t0
     return _per_request(
-        [r.send_time + t0 for r in ok], [r.chunk_times[0] + t0 for r in ok], [r.chunk_times[-1] + t0 for r in ok],
-        [r.output_tokens for r in ok], [np.asarray(r.chunk_times) for r in ok], [f"{tag}{r.index}" for r in ok], truth,
+        [r.send_time + t0 for r in ok],
+        [r.chunk_times[0] + t0 for r in ok],
+        [r.chunk_times[-1] + t0 for r in ok],
+        [r.output_tokens for r in ok],
+        [np.asarray(r.chunk_times) for r in ok],
+        [f"{tag}{r.index}" for r in ok],
+        truth,
     ) | {"failed": n - len(ok)}
 
 
@@ -111,6 +116,7 @@ async def _aiohttp_run(url: str, streams: int, prompts: list[str], osl: int, war
         return prompt, st, stamps, ntok
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=streams), trust_env=False) as session:
+
         async def drain(queue, sink):
             while queue:
                 r = await one(session, queue.pop())
@@ -136,15 +142,30 @@ def run_aiohttp(srv, streams: int, n: int, osl: int, tag: str) -> dict:
     truth = srv.truth()
     ok = [r for r in rows if r[2]]
     return _per_request(
-        [r[1] for r in ok], [r[2][0] for r in ok], [r[2][-1] for r in ok], [r[3] for r in ok],
-        [np.asarray(r[2]) for r in ok], [r[0] for r in ok], truth,
+        [r[1] for r in ok],
+        [r[2][0] for r in ok],
+        [r[2][-1] for r in ok],
+        [r[3] for r in ok],
+        [np.asarray(r[2]) for r in ok],
+        [r[0] for r in ok],
+        truth,
     ) | {"failed": n - len(ok)}
 
 
 def run_vllm(vb, srv, streams: int, n: int, osl: int, tok_dir: Path, seed: int) -> dict:
     srv.reset()
-    ref = vb.run(srv.url, tok_dir, concurrency=streams, num_prompts=n, input_len=16, output_len=osl,
-                 model_name=MODEL, seed=seed, num_warmups=streams, extra=["--save-detailed"])
+    ref = vb.run(
+        srv.url,
+        tok_dir,
+        concurrency=streams,
+        num_prompts=n,
+        input_len=16,
+        output_len=osl,
+        model_name=MODEL,
+        seed=seed,
+        num_warmups=streams,
+        extra=["--save-detailed"],
+    )
     sends, firsts, lasts, osls, stamps, keys = [], [], [], [], [], []
     for req, st, ttft, itl, olen, err in zip(ref["sent_requests"], ref["start_times"], ref["ttfts"], ref["itls"], ref["output_lens"], ref["errors"]):
         if err:
@@ -210,10 +231,14 @@ def main() -> None:
 
         vb = VllmBenchSession()
         vb.wait_ready()
-    print(f"cadence server: first token {a.ttft:g} ms after the request, then 1 / {a.itl:g} ms; {a.osl} tokens; "
-          f"{a.streams} streams, {a.requests} requests per run, {a.rounds} rounds; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
-    head = (f"{'client':<17}{'TTFT mean':>10}{'p50':>8}{'p99':>8}{'TPOT mean':>10}{'p50':>8}{'p99':>8}{'ITL mean':>10}{'p50':>8}{'p99':>8} |"
-            f"{'to srv':>9}{'p99':>9}{'server':>9}{'p99':>9}{'to cli':>9}{'p99':>9}")
+    print(
+        f"cadence server: first token {a.ttft:g} ms after the request, then 1 / {a.itl:g} ms; {a.osl} tokens; "
+        f"{a.streams} streams, {a.requests} requests per run, {a.rounds} rounds; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}"
+    )
+    head = (
+        f"{'client':<17}{'TTFT mean':>10}{'p50':>8}{'p99':>8}{'TPOT mean':>10}{'p50':>8}{'p99':>8}{'ITL mean':>10}{'p50':>8}{'p99':>8} |"
+        f"{'to srv':>9}{'p99':>9}{'server':>9}{'p99':>9}{'to cli':>9}{'p99':>9}"
+    )
     pooled: dict[str, list[dict]] = {c: [] for c in clients}
     try:
         for rnd in range(a.rounds):

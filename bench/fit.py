@@ -102,8 +102,10 @@ PRIOR_WEIGHT = float(os.environ.get("KNEE_FIT_PRIOR_WEIGHT", "4.0"))
 # and without peer-to-peer (g5/g6/g6e stage it through host memory), has no published
 # per-call figure we trust, so the rows decide.
 PRIOR_SIGMA_BY_NAME = {
-    "interconnect.pcie.link_eff": 1.0, "interconnect.pcie.allreduce_us": 1.0,
-    "interconnect.pcie-host.link_eff": 1.0, "interconnect.pcie-host.allreduce_us": 1.0,
+    "interconnect.pcie.link_eff": 1.0,
+    "interconnect.pcie.allreduce_us": 1.0,
+    "interconnect.pcie-host.link_eff": 1.0,
+    "interconnect.pcie-host.allreduce_us": 1.0,
     "engine.vllm.stream_token_us": 1.0,
 }
 
@@ -294,8 +296,9 @@ class Fit:
     changed: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (hand-set, fitted)
 
 
-def fit(its: list[Item], infl: dict[str, set[str]] | None = None, predict=None, step: float = 1.25, min_step: float = 1.01,
-        max_sweeps: int = 60) -> Fit:
+def fit(
+    its: list[Item], infl: dict[str, set[str]] | None = None, predict=None, step: float = 1.25, min_step: float = 1.01, max_sweeps: int = 60
+) -> Fit:
     """Fit :func:`parameters` to ``its`` (see the module's docstring). ``infl`` is
     :func:`influence` over these items or a superset (computed when not given)."""
     t0 = time.perf_counter()
@@ -350,8 +353,15 @@ def fit(its: list[Item], infl: dict[str, set[str]] | None = None, predict=None, 
             step = math.sqrt(step)
     loss_end = sum(cur.values()) / max(n_terms, 1)
     return Fit(
-        params=x, free=free, fixed=fixed, train_ids=sorted(ids), loss_start=loss_start, loss_end=loss_end, terms=n_terms,
-        predictions=calls, seconds=time.perf_counter() - t0,
+        params=x,
+        free=free,
+        fixed=fixed,
+        train_ids=sorted(ids),
+        loss_start=loss_start,
+        loss_end=loss_end,
+        terms=n_terms,
+        predictions=calls,
+        seconds=time.perf_counter() - t0,
         changed={k: (params[k][0], x[k]) for k in free if abs(x[k] - params[k][0]) > 1e-9 * params[k][0]},
     )
 
@@ -364,8 +374,7 @@ class Fold:
     predictions: dict[str, dict | None]  # held-out id -> prediction with the fold's parameters
 
 
-def loso(its: list[Item], key: str = "id", infl: dict[str, set[str]] | None = None, predict=None, predict_held=None,
-         held_filter=None) -> list[Fold]:
+def loso(its: list[Item], key: str = "id", infl: dict[str, set[str]] | None = None, predict=None, predict_held=None, held_filter=None) -> list[Fold]:
     """Leave one source out: for each source (:func:`source_of`), fit on every other
     source's items and predict the held-out source's items with that fit. ``predict_held``
     (default: the fit's predictor) predicts the held-out rows, e.g. the simulator;
@@ -391,9 +400,16 @@ def loso(its: list[Item], key: str = "id", infl: dict[str, set[str]] | None = No
 def fit_summary(f: Fit) -> dict:
     """A Fit as plain JSON data."""
     return {
-        "params": f.params, "free": f.free, "fixed": f.fixed, "changed": {k: list(v) for k, v in f.changed.items()},
-        "train_ids": f.train_ids, "loss_start": f.loss_start, "loss_end": f.loss_end, "terms": f.terms,
-        "predictions": f.predictions, "seconds": round(f.seconds, 2),
+        "params": f.params,
+        "free": f.free,
+        "fixed": f.fixed,
+        "changed": {k: list(v) for k, v in f.changed.items()},
+        "train_ids": f.train_ids,
+        "loss_start": f.loss_start,
+        "loss_end": f.loss_end,
+        "terms": f.terms,
+        "predictions": f.predictions,
+        "seconds": round(f.seconds, 2),
     }
 
 
@@ -407,7 +423,9 @@ def _gap(fitted: dict, held: dict) -> dict:
     return {m: (None if fitted[m] is None or held[m] is None else round(100 * (held[m] - fitted[m]), 1)) for m in METRICS}
 
 
-def compare(results: list[dict], apes: dict[str, str], groups: tuple = (("by_gpu", "gpu"), ("by_engine", "engine_name"), ("by_source", "source"))) -> dict:
+def compare(
+    results: list[dict], apes: dict[str, str], groups: tuple = (("by_gpu", "gpu"), ("by_engine", "engine_name"), ("by_source", "source"))
+) -> dict:
     """Median APEs per metric (with counts) for each column of :data:`COLUMNS` (``apes`` maps
     a column to the result key holding its APEs), overall and per group; ``gap`` is LOSO
     minus fitted in-sample in percentage points, and ``overfit`` names the metrics where it
@@ -438,11 +456,14 @@ def param_table(full: Fit, folds: list[Fold]) -> dict:
         if k not in full.free and not vals:
             continue
         out[k] = {
-            "hand_set": v, "fitted": full.params[k], "free": k in full.free,
-            "loso_min": min(vals) if vals else None, "loso_max": max(vals) if vals else None, "loso_folds_free": len(vals),
+            "hand_set": v,
+            "fitted": full.params[k],
+            "free": k in full.free,
+            "loso_min": min(vals) if vals else None,
+            "loso_max": max(vals) if vals else None,
+            "loso_folds_free": len(vals),
         }
     return out
-
 
 
 def attach(r: dict, label: str, source: str, fitted: dict | None, held: dict | None) -> None:
@@ -454,23 +475,25 @@ def attach(r: dict, label: str, source: str, fitted: dict | None, held: dict | N
     r["ape_loso"] = {m: R.ape((held or {}).get(m), r["measured"][m]) for m in METRICS}
 
 
-def honest_report(results: list[dict], hand_set_ape: str, full: Fit, folds: list[Fold], key: str,
-                  method: str, t0: float) -> dict:
+def honest_report(results: list[dict], hand_set_ape: str, full: Fit, folds: list[Fold], key: str, method: str, t0: float) -> dict:
     """The comparison both harnesses report: hand-set, fitted in-sample and LOSO APEs per
     metric and group, each fold's training size, the parameters and the fits."""
     h = compare(results, {"hand_set": hand_set_ape, "fitted": "ape_fitted", "loso": "ape_loso"})
     for f in folds:
         h["by_source"][f.source]["train_rows"] = len(f.fit.train_ids)
-    h.update({
-        "key": key,
-        "sources": len(folds),
-        "method": method,
-        "seconds": round(time.perf_counter() - t0, 1),
-        "params": param_table(full, folds),
-        "fit": fit_summary(full),
-        "folds": [{"source": f.source, "held_ids": f.held_ids, **fit_summary(f.fit)} for f in folds],
-    })
+    h.update(
+        {
+            "key": key,
+            "sources": len(folds),
+            "method": method,
+            "seconds": round(time.perf_counter() - t0, 1),
+            "params": param_table(full, folds),
+            "fit": fit_summary(full),
+            "folds": [{"source": f.source, "held_ids": f.held_ids, **fit_summary(f.fit)} for f in folds],
+        }
+    )
     return h
+
 
 def _pct(v) -> str:
     return "-" if v is None else f"{100 * v:.0f}%"
@@ -483,8 +506,10 @@ def format_compare(h: dict, params: dict | None = None) -> list[str]:
     lines = ["Median APE (rows)                   " + "".join(f"{LABELS[m]:>13}" for m in METRICS)]
     for col, title in COLUMNS:
         lines.append(f"  {title:34}" + "".join(f"{_pct(h[col][m]):>8} ({h[col][m + '_n']:>3})" for m in METRICS))
-    lines.append(f"  {'gap LOSO - fitted (points)':34}" + "".join(
-        f"{'-' if g is None else f'{g:+.0f}':>8}{' OVERFIT' if m in h['overfit'] else '      '}" for m, g in h["gap_pts"].items()))
+    lines.append(
+        f"  {'gap LOSO - fitted (points)':34}"
+        + "".join(f"{'-' if g is None else f'{g:+.0f}':>8}{' OVERFIT' if m in h['overfit'] else '      '}" for m, g in h["gap_pts"].items())
+    )
     for group, title in (("by_gpu", "GPU"), ("by_engine", "engine"), ("by_source", "held-out source")):
         if group not in h:
             continue

@@ -105,6 +105,7 @@ def linear_sweep(torch, peak: dict, out: list, fp8: bool) -> None:
             def run():
                 for w in weights:
                     torch.matmul(xs[w.shape[1]], w.t())
+
         try:
             t = graph_time_s(run, torch, replays=3, repeats=5)
         except RuntimeError as exc:  # e.g. an FP8 shape cuBLASLt rejects: say so, go on
@@ -114,9 +115,17 @@ def linear_sweep(torch, peak: dict, out: list, fp8: bool) -> None:
         tflops = flops / t / 1e12
         gbps = weight_bytes / t / 1e9
         peak_tf = peak["fp8" if fp8 else "bf16"]
-        out.append({"what": f"linear_{'fp8' if fp8 else 'bf16'}", "m": m, "ms_per_step": t * 1e3,
-                    "weight_gbps": gbps, "bw_fraction": gbps / peak["bandwidth_gbps"],
-                    "tflops": tflops, "mfu": tflops / peak_tf})
+        out.append(
+            {
+                "what": f"linear_{'fp8' if fp8 else 'bf16'}",
+                "m": m,
+                "ms_per_step": t * 1e3,
+                "weight_gbps": gbps,
+                "bw_fraction": gbps / peak["bandwidth_gbps"],
+                "tflops": tflops,
+                "mfu": tflops / peak_tf,
+            }
+        )
     torch.cuda.empty_cache()
 
 
@@ -143,19 +152,28 @@ def shard_sweep(torch, peak: dict, out: list) -> None:
             shapes = shard_shapes(name, tp)
             per_layer = sum(a * b * 2 for a, b in shapes)
             layers = max(4, int(8e9 // per_layer))  # ~8 GB of weights: far beyond L2
-            weights = [torch.empty(a, b, dtype=torch.bfloat16, device="cuda").normal_(std=0.02)
-                       for _ in range(layers) for a, b in shapes]
+            weights = [torch.empty(a, b, dtype=torch.bfloat16, device="cuda").normal_(std=0.02) for _ in range(layers) for a, b in shapes]
             for m in (1, 32, 128):
                 xs = {b: torch.empty(m, b, dtype=torch.bfloat16, device="cuda").normal_() for _, b in shapes}
 
                 def run():
                     for w in weights:
                         torch.matmul(xs[w.shape[1]], w.t())
+
                 t = graph_time_s(run, torch, replays=3, repeats=5)
                 gbps = per_layer * layers / t / 1e9
-                out.append({"what": "shard_bf16", "model": name, "tp": tp, "m": m, "layers": layers,
-                            "us_per_layer": t / layers * 1e6, "weight_gbps": gbps,
-                            "bw_fraction": gbps / peak["bandwidth_gbps"]})
+                out.append(
+                    {
+                        "what": "shard_bf16",
+                        "model": name,
+                        "tp": tp,
+                        "m": m,
+                        "layers": layers,
+                        "us_per_layer": t / layers * 1e6,
+                        "weight_gbps": gbps,
+                        "bw_fraction": gbps / peak["bandwidth_gbps"],
+                    }
+                )
             torch.cuda.empty_cache()
 
 
@@ -172,14 +190,16 @@ def decode_layers(torch, peak: dict, out: list) -> None:
     q_out, kv_out = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
     layers = []
     for _ in range(LAYERS):
-        layers.append({
-            "n1": torch.ones(HIDDEN, dtype=torch.bfloat16, device="cuda"),
-            "n2": torch.ones(HIDDEN, dtype=torch.bfloat16, device="cuda"),
-            "qkv": torch.empty(q_out + 2 * kv_out, HIDDEN, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
-            "o": torch.empty(HIDDEN, q_out, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
-            "gu": torch.empty(2 * INTER, HIDDEN, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
-            "d": torch.empty(HIDDEN, INTER, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
-        })
+        layers.append(
+            {
+                "n1": torch.ones(HIDDEN, dtype=torch.bfloat16, device="cuda"),
+                "n2": torch.ones(HIDDEN, dtype=torch.bfloat16, device="cuda"),
+                "qkv": torch.empty(q_out + 2 * kv_out, HIDDEN, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
+                "o": torch.empty(HIDDEN, q_out, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
+                "gu": torch.empty(2 * INTER, HIDDEN, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
+                "d": torch.empty(HIDDEN, INTER, dtype=torch.bfloat16, device="cuda").normal_(std=0.02),
+            }
+        )
     weight_bytes = sum(t.numel() * 2 for lay in layers for t in lay.values())
 
     def rms(x, w):
@@ -203,8 +223,13 @@ def decode_layers(torch, peak: dict, out: list) -> None:
     except Exception as exc:  # noqa: BLE001 - any compile failure: measure eager, say so
         step_layer, mode = layer, f"eager ({type(exc).__name__})"
     for batch in (1, 8, 32, 64, 128):
-        caches = [(torch.zeros(batch, KV_HEADS, ctx, HEAD_DIM, dtype=torch.bfloat16, device="cuda"),
-                   torch.zeros(batch, KV_HEADS, ctx, HEAD_DIM, dtype=torch.bfloat16, device="cuda")) for _ in range(LAYERS)]
+        caches = [
+            (
+                torch.zeros(batch, KV_HEADS, ctx, HEAD_DIM, dtype=torch.bfloat16, device="cuda"),
+                torch.zeros(batch, KV_HEADS, ctx, HEAD_DIM, dtype=torch.bfloat16, device="cuda"),
+            )
+            for _ in range(LAYERS)
+        ]
         x0 = torch.empty(batch, HIDDEN, dtype=torch.bfloat16, device="cuda").normal_()
         pos = ctx - 1
 
@@ -213,6 +238,7 @@ def decode_layers(torch, peak: dict, out: list) -> None:
             for lay, (kc, vc) in zip(layers, caches):
                 x = step_layer(x, lay, kc, vc, pos)
             return x
+
         try:
             t = graph_time_s(run, torch, replays=3, repeats=5)
         except Exception as exc:  # noqa: BLE001 - report and go on to the next batch
@@ -220,10 +246,18 @@ def decode_layers(torch, peak: dict, out: list) -> None:
             continue
         kv_bytes = 2 * LAYERS * batch * KV_HEADS * ctx * HEAD_DIM * 2
         stream_us = (weight_bytes + kv_bytes) / (0.85 * peak["bandwidth_gbps"] * 1e9) * 1e6
-        out.append({"what": "decode_layer", "mode": mode, "batch": batch, "ctx": ctx, "ms_per_step": t * 1e3,
-                    "stream_ms_at_0.85": stream_us / 1e3,
-                    "floor_us_per_layer": (t * 1e6 - stream_us) / LAYERS,
-                    "bw_fraction": (weight_bytes + kv_bytes) / t / 1e9 / peak["bandwidth_gbps"]})
+        out.append(
+            {
+                "what": "decode_layer",
+                "mode": mode,
+                "batch": batch,
+                "ctx": ctx,
+                "ms_per_step": t * 1e3,
+                "stream_ms_at_0.85": stream_us / 1e3,
+                "floor_us_per_layer": (t * 1e6 - stream_us) / LAYERS,
+                "bw_fraction": (weight_bytes + kv_bytes) / t / 1e9 / peak["bandwidth_gbps"],
+            }
+        )
     torch.cuda.empty_cache()
 
 
@@ -253,8 +287,7 @@ def attention_decode(torch, peak: dict, out: list) -> None:
         t = graph_time_s(lambda: sdpa(q, k, v), torch)
         kv_bytes = 2 * k.numel() * k.element_size()
         gbps = kv_bytes / t / 1e9
-        out.append({"what": "attn_decode", "batch": batch, "ctx": ctx, "us": t * 1e6, "gbps": gbps,
-                    "bw_fraction": gbps / peak["bandwidth_gbps"]})
+        out.append({"what": "attn_decode", "batch": batch, "ctx": ctx, "us": t * 1e6, "gbps": gbps, "bw_fraction": gbps / peak["bandwidth_gbps"]})
 
 
 def summarize(rows: list) -> dict:
@@ -290,8 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     peak = PEAKS[args.gpu]
     rows: list = []
     began = time.time()
-    for step in (hbm, lambda t, p, o: linear_sweep(t, p, o, False), lambda t, p, o: linear_sweep(t, p, o, True),
-                 attention_prefill, attention_decode, shard_sweep, decode_layers):
+    for step in (
+        hbm,
+        lambda t, p, o: linear_sweep(t, p, o, False),
+        lambda t, p, o: linear_sweep(t, p, o, True),
+        attention_prefill,
+        attention_decode,
+        shard_sweep,
+        decode_layers,
+    ):
         n = len(rows)
         try:
             step(torch, peak, rows)
@@ -301,8 +341,14 @@ def main(argv: list[str] | None = None) -> int:
         for r in rows[n:]:
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
     summary = summarize(rows)
-    info = {"gpu": args.gpu, "device_name": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "seconds": round(time.time() - began, 1), "peaks": peak}
+    info = {
+        "gpu": args.gpu,
+        "device_name": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "seconds": round(time.time() - began, 1),
+        "peaks": peak,
+    }
     print("summary", json.dumps({k: (round(v, 3) if v is not None else None) for k, v in summary.items()}))
     if args.out:
         with open(args.out, "w") as fh:

@@ -29,6 +29,8 @@ from bench.gpu_kernels import shard_shapes
 DATA = Path(__file__).parent / "data"
 # GPU name in the file -> calibration.toml architecture
 ARCHITECTURE = {"H100-SXM": "hopper", "H200": "hopper"}
+
+
 def _shard_bytes(model: str, tp: int) -> int:
     """Bytes of one TP shard's linear weights per layer (bf16), as bench/gpu_kernels.py measured them."""
     return sum(a * b * 2 for a, b in shard_shapes(model, tp))
@@ -37,8 +39,11 @@ def _shard_bytes(model: str, tp: int) -> int:
 def asymptotic_bandwidth(doc: dict) -> tuple[float, float] | None:
     """(bandwidth fraction, floor in us per layer) of the least-squares line through the
     shard sweep's per-layer times at decode batches (M <= 32), or None without one."""
-    pts = [(_shard_bytes(r["model"], r["tp"]), r["us_per_layer"]) for r in doc.get("rows", [])
-           if r.get("what") == "shard_bf16" and r.get("m", 99) <= 32 and "us_per_layer" in r]
+    pts = [
+        (_shard_bytes(r["model"], r["tp"]), r["us_per_layer"])
+        for r in doc.get("rows", [])
+        if r.get("what") == "shard_bf16" and r.get("m", 99) <= 32 and "us_per_layer" in r
+    ]
     if len(pts) < 3:
         return None
     n = len(pts)
@@ -78,6 +83,5 @@ if __name__ == "__main__":
     for p in sorted(DATA.glob("kernels-*.json")):
         doc = json.loads(p.read_text())
         asym = asymptotic_bandwidth(doc)
-        print(p.name, {k: round(v, 3) for k, v in measured(p).items()},
-              f"GEMM floor {asym[1]:.1f} us/layer" if asym else "")
+        print(p.name, {k: round(v, 3) for k, v in measured(p).items()}, f"GEMM floor {asym[1]:.1f} us/layer" if asym else "")
     print("priors", measured_priors())

@@ -38,7 +38,10 @@ def predict_knee(row: dict, arch, gpu=None) -> dict:
         pred = p.predict(cfg, concurrency=float(w["concurrency"]), num_prompts=n_prompts)
     elif mode == "online-rate":
         pred = p.predict(
-            cfg, request_rate=float(w["request_rate"]), concurrency=w.get("concurrency"), num_prompts=n_prompts,
+            cfg,
+            request_rate=float(w["request_rate"]),
+            concurrency=w.get("concurrency"),
+            num_prompts=n_prompts,
             request_timeout_s=R.client_timeout(row),
         )
     elif mode == "offline-max-throughput":

@@ -78,8 +78,10 @@ def one_run(cluster, n: int, scale: float) -> dict:
 
     url = cluster.create_db(f"multibox_{n}")
     t0 = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", url, "--scale", str(scale)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-             for _ in range(n)]
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "--worker", url, "--scale", str(scale)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        for _ in range(n)
+    ]
     errs = [p.communicate(timeout=1800)[1] for p in procs]
     wall = time.perf_counter() - t0
     if any(p.returncode for p in procs):
@@ -119,16 +121,20 @@ def main() -> int:
     counts = [int(x) for x in a.workers.split(",")]
     cluster = postgres.Cluster().start()
     try:
-        print(f"{MODEL} on {INSTANCE} (sim engine, paced at {a.scale:g}x), 24 configurations x 2 loads, one PostgreSQL study; "
-              f"{os.cpu_count()} CPU cores here")
+        print(
+            f"{MODEL} on {INSTANCE} (sim engine, paced at {a.scale:g}x), 24 configurations x 2 loads, one PostgreSQL study; "
+            f"{os.cpu_count()} CPU cores here"
+        )
         rows = [one_run(cluster, n, a.scale) for n in counts]
     finally:
         cluster.destroy()
     print(f"speed-up: wall time against {rows[0]['workers']} worker(s)")
     print(f"{'workers':>7} {'wall s':>8} {'speed-up':>8} {'points':>6} {'sim GPU-h':>9}  configurations per worker")
     for r in rows:
-        print(f"{r['workers']:>7} {r['wall_s']:>8.1f} {rows[0]['wall_s'] / r['wall_s']:>7.2f}x {r['points']:>6} "
-              f"{r['gpu_s'] / 3600:>9.3f}  {'/'.join(map(str, r['per_worker']))}{'' if r['status'] == 'done' else ' (' + r['status'] + ')'}")
+        print(
+            f"{r['workers']:>7} {r['wall_s']:>8.1f} {rows[0]['wall_s'] / r['wall_s']:>7.2f}x {r['points']:>6} "
+            f"{r['gpu_s'] / 3600:>9.3f}  {'/'.join(map(str, r['per_worker']))}{'' if r['status'] == 'done' else ' (' + r['status'] + ')'}"
+        )
     same = len({round(r["gpu_s"], 6) for r in rows}) == 1
     print(f"simulated GPU time the same in every run: {'yes' if same else 'NO'} ({rows[0]['gpu_s']:.0f} GPU-s of measurements, simulated)")
     return 0 if same and all(r["points"] == 48 and r["status"] == "done" for r in rows) else 1

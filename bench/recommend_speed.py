@@ -16,8 +16,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-ARGS = ["--model", "Qwen/Qwen3-4B", "--input-len", "1024", "--output-len", "512", "--constraints", "e2e_latency:p99<60s",
-        "--target-rps", "5", "--goal", "cost", "--json"]
+ARGS = [
+    "--model",
+    "Qwen/Qwen3-4B",
+    "--input-len",
+    "1024",
+    "--output-len",
+    "512",
+    "--constraints",
+    "e2e_latency:p99<60s",
+    "--target-rps",
+    "5",
+    "--goal",
+    "cost",
+    "--json",
+]
 
 
 def main() -> None:

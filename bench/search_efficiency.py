@@ -80,8 +80,13 @@ def run_case(case: dict, workdir: Path) -> dict:
     slo = parse_constraints(case["constraints"])
     for strategy in ("grid", "adaptive"):
         spec = build_spec(
-            case["model"], engine="sim", server_args=case["server_args"], client_args=case["client_args"],
-            constraints=case["constraints"], instance=case["instance"], strategy=strategy,
+            case["model"],
+            engine="sim",
+            server_args=case["server_args"],
+            client_args=case["client_args"],
+            constraints=case["constraints"],
+            instance=case["instance"],
+            strategy=strategy,
         )
         name = create_study(store, spec, f"{strategy}-{abs(hash(case['name'])) % 10**8}")
         t0 = time.perf_counter()
@@ -95,17 +100,28 @@ def run_case(case: dict, workdir: Path) -> dict:
             "points": npts,
             "skipped_configs": summary.trials_skipped,
             "wall_s": wall,
-            "best": None if b is None else {"server_args": b.server_args, "client_args": {k: v for k, v in b.client_args.items() if k in ("max_concurrency", "request_rate")}, "output_throughput": b.summary.get("output_throughput")},
+            "best": None
+            if b is None
+            else {
+                "server_args": b.server_args,
+                "client_args": {k: v for k, v in b.client_args.items() if k in ("max_concurrency", "request_rate")},
+                "output_throughput": b.summary.get("output_throughput"),
+            },
         }
         if strategy == "grid":
             grid_spec = spec
             out["grid_points_total"] = npts
             top = b.summary.get("output_throughput") if b else None
-            grid_optimal = [{
-                (canonical_json(p.server_args), canonical_json({k: v for k, v in p.client_args.items() if k in ("max_concurrency", "request_rate")}))
-                for p in store.points(name)
-                if top is not None and p.status == "ok" and slo.holds(p.summary) and p.summary.get("output_throughput", 0) >= top * (1 - 1e-9)
-            }]
+            grid_optimal = [
+                {
+                    (
+                        canonical_json(p.server_args),
+                        canonical_json({k: v for k, v in p.client_args.items() if k in ("max_concurrency", "request_rate")}),
+                    )
+                    for p in store.points(name)
+                    if top is not None and p.status == "ok" and slo.holds(p.summary) and p.summary.get("output_throughput", 0) >= top * (1 - 1e-9)
+                }
+            ]
     g, a = out["grid"], out["adaptive"]
     # "The grid's best" is a set when configurations tie exactly (e.g. max_num_seqs 64 and
     # 256 at concurrency 64 run the same batch): finding any of them is finding the best.
@@ -144,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"{'':52} best: {g['best']['server_args'] if g['best'] else None} {g['best']['client_args'] if g['best'] else ''}")
         worst = max(r["gpu_time_ratio"] for r in results)
-        print(f"adaptive found the grid's best in {sum(r['same_best'] for r in results)}/{len(results)} cases with at most {worst:.0%} of the grid's GPU time (target <= 40%)")
+        print(
+            f"adaptive found the grid's best in {sum(r['same_best'] for r in results)}/{len(results)} cases with at most {worst:.0%} of the grid's GPU time (target <= 40%)"
+        )
     return 0 if (not a.check or all(r["ok"] for r in results)) else 1
 
 

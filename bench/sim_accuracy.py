@@ -76,7 +76,11 @@ def simulate_row(row: dict):
     tp, dp = R.topology(row)
     hw = Hardware(gpu=R.gpu_of(row), num_gpus=max(int(row.get("num_gpus") or 1), tp * dp))
     config = ServerConfig(
-        model=ref, tp=tp, dp=dp, kv_cache_dtype=row.get("kv_dtype") or "auto", extra_args=R.extra_args(notes),
+        model=ref,
+        tp=tp,
+        dp=dp,
+        kv_cache_dtype=row.get("kv_dtype") or "auto",
+        extra_args=R.extra_args(notes),
         **R.knobs(notes),
     )
     workload = R.workload(row)
@@ -90,8 +94,15 @@ def simulate_row(row: dict):
         load = LoadPoint(request_rate=rate, arrival=arrival, concurrency=w.get("concurrency"), num_prompts=n or max(100, int(600 * rate)))
     router = "round-robin" if "round robin" in notes.lower() else "least-loaded"
     res = simulate(
-        arch, hw, config, workload, load, seed=0,
-        engine=row.get("engine") or "vllm", engine_version=row.get("engine_version"), router=router,
+        arch,
+        hw,
+        config,
+        workload,
+        load,
+        seed=0,
+        engine=row.get("engine") or "vllm",
+        engine_version=row.get("engine_version"),
+        router=router,
         request_timeout_s=R.client_timeout(row),
     )
     s = res.summary
@@ -124,21 +135,23 @@ def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "
         except KneeError as e:
             sim, res, err = {}, None, str(e)
         meas = R.measured(row)
-        results.append({
-            "id": row["id"],
-            "gpu": row["gpu"],
-            "tp": row.get("tp"),
-            "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
-            "engine_name": row.get("engine"),
-            "mode": row["workload"]["mode"],
-            "measured": meas,
-            "simulated": sim,
-            "error": err,
-            "ape": {k: ape(sim.get(k), meas[k]) for k in METRICS},
-            "preemptions": res.preemptions if res else None,
-            "overloaded": "OVERLOADED" in row.get("notes", ""),
-            "sim_wall_s": time.perf_counter() - t0,
-        })
+        results.append(
+            {
+                "id": row["id"],
+                "gpu": row["gpu"],
+                "tp": row.get("tp"),
+                "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
+                "engine_name": row.get("engine"),
+                "mode": row["workload"]["mode"],
+                "measured": meas,
+                "simulated": sim,
+                "error": err,
+                "ape": {k: ape(sim.get(k), meas[k]) for k in METRICS},
+                "preemptions": res.preemptions if res else None,
+                "overloaded": "OVERLOADED" in row.get("notes", ""),
+                "sim_wall_s": time.perf_counter() - t0,
+            }
+        )
     med = R.median_apes(results, "ape")
     # Below saturation an open-loop run's throughput is its offered rate, which any
     # simulator gets right; the rows where the engine decides it are the telling ones.
@@ -191,8 +204,14 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
             src, q = held[r["id"]]
             fit.attach(r, "simulated", src, p, q)
     return fit.honest_report(
-        results, "ape", full, folds, key,
-        "parameters fitted on the estimator over all rows (coordinate pattern search, bench/fit.py), applied to the simulator", t0)
+        results,
+        "ape",
+        full,
+        folds,
+        key,
+        "parameters fitted on the estimator over all rows (coordinate pattern search, bench/fit.py), applied to the simulator",
+        t0,
+    )
 
 
 def summary_line(out: dict) -> str:
@@ -224,10 +243,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", nargs="*", default=[str(DEFAULT)], help="JSONL files, read together (default: measurements.jsonl)")
     ap.add_argument("--json", action="store_true", help="one JSON document on stdout, nothing else")
     ap.add_argument("--exclude-overloaded", action="store_true", help="skip rows the source marks overloaded")
-    ap.add_argument("--loso", action="store_true",
-                    help="honest validation: estimator-fitted parameters (in-sample and leave-one-source-out) applied to the simulator")
-    ap.add_argument("--loso-key", choices=("id", "publisher"), default="id",
-                    help="source of a row: its id prefix (default), or that prefix without trailing digits")
+    ap.add_argument(
+        "--loso",
+        action="store_true",
+        help="honest validation: estimator-fitted parameters (in-sample and leave-one-source-out) applied to the simulator",
+    )
+    ap.add_argument(
+        "--loso-key",
+        choices=("id", "publisher"),
+        default="id",
+        help="source of a row: its id prefix (default), or that prefix without trailing digits",
+    )
     args = ap.parse_args(argv)
     for p in args.path:
         if not Path(p).exists():
@@ -274,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
 
         h = out["honest"]
         print()
-        print(f"Honest validation (issue 11) on the simulator: {h['method']}; leave-one-source-out over the {h['sources']} sources "
-              f"with online rows (source = {'id prefix' if h['key'] == 'id' else 'id prefix without trailing digits'}); {h['seconds']:.0f} s")
+        print(
+            f"Honest validation (issue 11) on the simulator: {h['method']}; leave-one-source-out over the {h['sources']} sources "
+            f"with online rows (source = {'id prefix' if h['key'] == 'id' else 'id prefix without trailing digits'}); {h['seconds']:.0f} s"
+        )
         for ln in fit.format_compare(h, h["params"]):
             print(ln)
     print(out["summary_line"])

@@ -86,11 +86,15 @@ def main() -> None:
     saturates = all(thr[t, m, 128] / thr[t, m, 64] < thr[t, m, 64] / thr[t, m, 32] for t in TPS for m in MBTS)
 
     print()
-    print(f"1,000-request trial (best of {args.repeat} each): median {per_trial[len(per_trial) // 2] * 1000:.0f} ms, worst {worst * 1000:.0f} ms"
-          f"  (budget < 200 ms: {'ok' if worst < 0.2 else 'OVER'})")
+    print(
+        f"1,000-request trial (best of {args.repeat} each): median {per_trial[len(per_trial) // 2] * 1000:.0f} ms, worst {worst * 1000:.0f} ms"
+        f"  (budget < 200 ms: {'ok' if worst < 0.2 else 'OVER'})"
+    )
     print(f"27-trial sweep: best of {args.repeat} {best:.2f} s  (budget < 5 s: {'ok' if best < 5 else 'OVER'})")
-    print(f"trade-offs [simulated]: TP4 > TP1 throughput everywhere: {tp4_beats_tp1}; "
-          f"p99 E2E grows with concurrency: {p99_grows}; throughput saturates: {saturates}")
+    print(
+        f"trade-offs [simulated]: TP4 > TP1 throughput everywhere: {tp4_beats_tp1}; "
+        f"p99 E2E grows with concurrency: {p99_grows}; throughput saturates: {saturates}"
+    )
 
     if args.profile:
         import cProfile

@@ -30,10 +30,13 @@ DEFAULT_TEST = "bench/data/published.jsonl"
 def _apes(its, preds) -> list[dict]:
     out = []
     for it, p in zip(its, preds):
-        out.append({
-            "id": it.id, "gpu": it.row["gpu"],
-            "ape": {m: R.ape((p or {}).get(m), it.measured.get(m)) for m in METRICS},
-        })
+        out.append(
+            {
+                "id": it.id,
+                "gpu": it.row["gpu"],
+                "ape": {m: R.ape((p or {}).get(m), it.measured.get(m)) for m in METRICS},
+            }
+        )
     return out
 
 
@@ -56,9 +59,14 @@ def run(train_paths, test_paths) -> dict:
             "fitted": _medians([r for r in fitted if r["gpu"] == g]),
         }
     return {
-        "train": [str(p) for p in train_paths], "test": [str(p) for p in test_paths],
-        "train_rows": len(train), "test_rows": len(test), "test_skipped": len(skipped),
-        "shipped": _medians(shipped), "fitted": _medians(fitted), "by_gpu": by_gpu,
+        "train": [str(p) for p in train_paths],
+        "test": [str(p) for p in test_paths],
+        "train_rows": len(train),
+        "test_rows": len(test),
+        "test_skipped": len(skipped),
+        "shipped": _medians(shipped),
+        "fitted": _medians(fitted),
+        "by_gpu": by_gpu,
         "changed": {k: list(v) for k, v in f.changed.items()},
         "prior": {"sigma": fit.PRIOR_SIGMA, "weight": fit.PRIOR_WEIGHT},
         "seconds": round(time.perf_counter() - t0, 1),
@@ -77,10 +85,13 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     rep = run(a.train, a.test)
     head = "".join(f"{LABELS[m]:>13}" for m in METRICS)
-    line = (f"SUMMARY fitted on {rep['train_rows']} rows of {', '.join(rep['train'])}; judged on {rep['test_rows']} rows of "
-            f"{', '.join(rep['test'])} ({rep['test_skipped']} skipped): shipped calibration "
-            + ", ".join(f"{LABELS[m]} {_pct(rep['shipped'][m])}" for m in METRICS)
-            + " | fitted " + ", ".join(f"{LABELS[m]} {_pct(rep['fitted'][m])}" for m in METRICS))
+    line = (
+        f"SUMMARY fitted on {rep['train_rows']} rows of {', '.join(rep['train'])}; judged on {rep['test_rows']} rows of "
+        f"{', '.join(rep['test'])} ({rep['test_skipped']} skipped): shipped calibration "
+        + ", ".join(f"{LABELS[m]} {_pct(rep['shipped'][m])}" for m in METRICS)
+        + " | fitted "
+        + ", ".join(f"{LABELS[m]} {_pct(rep['fitted'][m])}" for m in METRICS)
+    )
     rep["line"] = line
     if a.json:
         print(json.dumps(rep, indent=1))
@@ -90,8 +101,10 @@ def main(argv=None) -> int:
         print(f"  {col + ' calibration':34}" + "".join(f"{_pct(rep[col][m]):>8} ({rep[col][m + '_n']:>3})" for m in METRICS))
     print("By GPU: shipped / fitted")
     for g, v in rep["by_gpu"].items():
-        print(f"  {g:12} {v['rows']:>3} rows  " + "  ".join(
-            f"{LABELS[m]} {_pct(v['shipped'][m])}/{_pct(v['fitted'][m])}" for m in METRICS if v["shipped"][m + "_n"]))
+        print(
+            f"  {g:12} {v['rows']:>3} rows  "
+            + "  ".join(f"{LABELS[m]} {_pct(v['shipped'][m])}/{_pct(v['fitted'][m])}" for m in METRICS if v["shipped"][m + "_n"])
+        )
     print(f"Parameters moved by the fit (prior sigma {rep['prior']['sigma']}, weight {rep['prior']['weight']}):")
     for k, (a0, a1) in rep["changed"].items():
         print(f"  {k:40} {a0:>8.3g} -> {a1:.3g}")

@@ -51,11 +51,27 @@ def build_study(storage: str, trials: int) -> None:
             src = seeds[i % len(seeds)]
             args = {**src.server_args, "max_num_batched_tokens": 2048 + 16 * i}
             tid = store.upsert_trial(STUDY, canonical_json(args), args, status="ok", launches=1)
-            store.save_point(src.model_copy(update={
-                "study": STUDY, "trial_id": tid, "trial_key": canonical_json(args), "server_args": args,
-                "point_id": make_point_id(args, src.client_args)}))
-        store.emit(STUDY, "study_started", model=src.server_args and "Qwen/Qwen3-4B", engine="sim", strategy="grid",
-                   planned_trials=trials + 10_000, planned_points=trials + 10_000, simulated=True)
+            store.save_point(
+                src.model_copy(
+                    update={
+                        "study": STUDY,
+                        "trial_id": tid,
+                        "trial_key": canonical_json(args),
+                        "server_args": args,
+                        "point_id": make_point_id(args, src.client_args),
+                    }
+                )
+            )
+        store.emit(
+            STUDY,
+            "study_started",
+            model=src.server_args and "Qwen/Qwen3-4B",
+            engine="sim",
+            strategy="grid",
+            planned_trials=trials + 10_000,
+            planned_points=trials + 10_000,
+            simulated=True,
+        )
     finally:
         store.close()
 
@@ -84,20 +100,44 @@ def live_writer(storage: str, seconds: float, ready) -> None:
             tid = store.upsert_trial(STUDY, key, args, status="running")
             store.emit(STUDY, "trial_started", trial_id=tid, server_args=args, engine="sim")
             pid = make_point_id(args, src.client_args)
-            store.save_point(src.model_copy(update={"study": STUDY, "trial_id": tid, "trial_key": key,
-                                                    "server_args": args, "point_id": pid}))
+            store.save_point(src.model_copy(update={"study": STUDY, "trial_id": tid, "trial_key": key, "server_args": args, "point_id": pid}))
             s = src.summary
-            store.emit(STUDY, "point_done", trial_id=tid, point_id=pid, load="c=500", client_args=src.client_args,
-                       status="ok", meets_slo=src.meets_slo, violations=src.violations, simulated=True,
-                       output_throughput=s.get("output_throughput"), request_throughput=s.get("request_throughput"),
-                       p99_e2el_ms=s.get("p99_e2el_ms"), completed=s.get("completed"), failed=0)
+            store.emit(
+                STUDY,
+                "point_done",
+                trial_id=tid,
+                point_id=pid,
+                load="c=500",
+                client_args=src.client_args,
+                status="ok",
+                meets_slo=src.meets_slo,
+                violations=src.violations,
+                simulated=True,
+                output_throughput=s.get("output_throughput"),
+                request_throughput=s.get("request_throughput"),
+                p99_e2el_ms=s.get("p99_e2el_ms"),
+                completed=s.get("completed"),
+                failed=0,
+            )
             store.heartbeat(STUDY)
             n += 1
             next_point += 0.25
         k += 1
-        store.emit(STUDY, "progress", trial_id=tid, load="c=500", phase="run", completed=k % 5000, total=5000,
-                   failed=0, running=500, server_running=500, server_waiting=37, kv_cache_usage=0.5 + (k % 40) / 100,
-                   output_tokens_per_s=9000 + 600 * ((k % 20) - 10) / 10)
+        store.emit(
+            STUDY,
+            "progress",
+            trial_id=tid,
+            load="c=500",
+            phase="run",
+            completed=k % 5000,
+            total=5000,
+            failed=0,
+            running=500,
+            server_running=500,
+            server_waiting=37,
+            kv_cache_usage=0.5 + (k % 40) / 100,
+            output_tokens_per_s=9000 + 600 * ((k % 20) - 10) / 10,
+        )
         time.sleep(0.05)
     store.set_study(STUDY, status="done", runner_pid=None)
     store.emit(STUDY, "study_done")
@@ -231,13 +271,19 @@ def main() -> int:
     ok_k = max(r["key_ms_p95"], r["switch_ms_p95"]) < BUDGET_KEY_MS
     ok_i = r["idle_cpu_pct"] < BUDGET_IDLE_CPU
     print(f"rows in the trial table:   {r['rows']:.0f} (500 requests in flight, progress at 20 Hz)")
-    print(f"screen updates:            {r['updates_per_s']:.1f}/s  (budget >= {BUDGET_UPDATES:g})  {'ok' if ok_u else 'OVER BUDGET'}"
-          f"  [follower produced {r['snapshots_per_s']:.1f}/s]")
-    print(f"  UI time per update:      median {r['update_ui_ms_median']:.1f} ms, p95 {r['update_ui_ms_p95']:.1f} ms "
-          f"(capacity ~{1000 / max(r['update_ui_ms_median'], 1e-3):.0f} updates/s)")
+    print(
+        f"screen updates:            {r['updates_per_s']:.1f}/s  (budget >= {BUDGET_UPDATES:g})  {'ok' if ok_u else 'OVER BUDGET'}"
+        f"  [follower produced {r['snapshots_per_s']:.1f}/s]"
+    )
+    print(
+        f"  UI time per update:      median {r['update_ui_ms_median']:.1f} ms, p95 {r['update_ui_ms_p95']:.1f} ms "
+        f"(capacity ~{1000 / max(r['update_ui_ms_median'], 1e-3):.0f} updates/s)"
+    )
     print(f"key response (cursor):     median {r['key_ms_median']:.1f} ms, p95 {r['key_ms_p95']:.1f} ms, max {r['key_ms_max']:.1f} ms")
-    print(f"key response (mode switch):median {r['switch_ms_median']:.1f} ms, p95 {r['switch_ms_p95']:.1f} ms, "
-          f"max {r['switch_ms_max']:.1f} ms  (budget < {BUDGET_KEY_MS:g} ms at p95)  {'ok' if ok_k else 'OVER BUDGET'}")
+    print(
+        f"key response (mode switch):median {r['switch_ms_median']:.1f} ms, p95 {r['switch_ms_p95']:.1f} ms, "
+        f"max {r['switch_ms_max']:.1f} ms  (budget < {BUDGET_KEY_MS:g} ms at p95)  {'ok' if ok_k else 'OVER BUDGET'}"
+    )
     print(f"first visit to Pareto:     {r['first_visit_ms']:.1f} ms (composes the screen)")
     print(f"idle CPU:                  {r['idle_cpu_pct']:.1f} %  (budget < {BUDGET_IDLE_CPU:g} %)  {'ok' if ok_i else 'OVER BUDGET'}")
     return 0 if ok_u and ok_k and ok_i else 1

@@ -73,8 +73,12 @@ def describe_validation(e, names: dict[str, str] | None = None, model=None) -> s
         if typ in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
             rng = _bounds(model, loc[0]) if len(loc) == 1 else None
             if rng is None:
-                rng = {"greater_than": "greater than {gt}", "greater_than_equal": "at least {ge}",
-                       "less_than": "less than {lt}", "less_than_equal": "at most {le}"}[typ].format(**ctx)
+                rng = {
+                    "greater_than": "greater than {gt}",
+                    "greater_than_equal": "at least {ge}",
+                    "less_than": "less than {lt}",
+                    "less_than_equal": "at most {le}",
+                }[typ].format(**ctx)
                 rng = "positive" if rng == "greater than 0" else rng
             parts.append(f"{name} must be {rng}, got {_show(given)}")
         elif typ == "literal_error":
@@ -87,7 +91,7 @@ def describe_validation(e, names: dict[str, str] | None = None, model=None) -> s
             msg = str(err.get("msg", "is invalid"))
             for prefix in ("Value error, ", "Assertion failed, "):
                 if msg.startswith(prefix):
-                    msg = msg[len(prefix):]
+                    msg = msg[len(prefix) :]
             msg = msg[:1].lower() + msg[1:]
             if typ in ("value_error", "assertion_error") and not loc:
                 parts.append(msg)

@@ -12,7 +12,8 @@ PY=${PYTHON:-python3}
 echo "lint-imports: $(grep -c KEPT /tmp/knee-lint-imports.log) contracts kept"
 # ruff's lint (settings in pyproject.toml): pyflakes and pycodestyle errors fail here.
 .venv/bin/ruff check --quiet core tui bench tests || { echo "scripts/test.sh: ruff found the problems above (.venv/bin/ruff check --fix mends some)"; exit 1; }
-echo "ruff: clean"
+.venv/bin/ruff format --check --quiet core tui bench tests || { echo "scripts/test.sh: ruff format would change the files above (.venv/bin/ruff format core tui bench tests)"; exit 1; }
+echo "ruff: clean and formatted"
 # mypy on core/ (settings in pyproject.toml [tool.mypy]): a type error fails here.
 .venv/bin/mypy core >/tmp/knee-mypy.log 2>&1 || { grep -v "annotation-unchecked" /tmp/knee-mypy.log; echo "scripts/test.sh: mypy found the type errors above (.venv/bin/mypy core)"; exit 1; }
 echo "mypy: $(tail -n 1 /tmp/knee-mypy.log)"

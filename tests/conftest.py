@@ -45,6 +45,7 @@ def _in_ci() -> bool:
 
 # --- environment probes, one per tier: (ready, why not) ---------------------------------------
 
+
 def _probe_realvllm() -> tuple[bool, str]:
     marker = tinymodel.VLLM_VENV / ".knee-vllm-setup"
     if not tinymodel.VLLM_PYTHON.exists():
@@ -98,6 +99,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 # --- real-vLLM fixtures -----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def vllm_python() -> Path:
@@ -190,10 +192,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             terminalreporter.write_line(f"{tier}: no tests of this tier ran ({left_out or 'none collected'}); {env}")
             continue
         ran = c["passed"] + c["failed"] + c["error"]
-        line = (
-            f"{tier}: {ran} ran, {c['passed']} passed, {c['failed'] + c['error']} failed or errored, "
-            f"{c['skipped']} skipped; {left_out}{env}"
-        )
+        line = f"{tier}: {ran} ran, {c['passed']} passed, {c['failed'] + c['error']} failed or errored, {c['skipped']} skipped; {left_out}{env}"
         markup = {"red": True} if c["failed"] + c["error"] else {"yellow": True} if c["skipped"] else {"green": True}
         terminalreporter.write_line(line, **markup)
         for reason, n in reasons[tier].most_common(5):

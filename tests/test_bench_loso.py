@@ -13,8 +13,7 @@ ROWS = [
     {**_row("srca-1", concurrency=16), "source": "source A :: table 1"},
     {**_row("srca-2", concurrency=4), "source": "source A :: table 1"},
     {**_row("srcb-1", concurrency=8), "source": "source B"},
-    {**_row("srcb-2", concurrency=32), "source": "source B",
-     "metrics": {**GOOD["metrics"], "itl_ms": 40.0, "e2e_s": 7.0}},
+    {**_row("srcb-2", concurrency=32), "source": "source B", "metrics": {**GOOD["metrics"], "itl_ms": 40.0, "e2e_s": 7.0}},
     {**_row("srcc-1", concurrency=None), "source": "source C"},  # unpredictable: no concurrency
 ]
 

@@ -117,10 +117,16 @@ def test_a_calibration_event_reads_as_one_line_in_the_text_output_and_the_tui_lo
     from core.sweep.calibration import calibration_line
     from tui.data.sweep_state import SweepFollower
 
-    d = {"point_id": "p1", "tp": 1, "stage": "profile", "refitted": True, "refits": 3,
-         "uncalibrated": {"output_throughput": 5000.0, "mean_tpot_ms": 0.7},
-         "predicted": {"output_throughput": 1416.3, "mean_tpot_ms": 3.1},
-         "measured": {"output_throughput": 1023.6, "mean_tpot_ms": 3.33}}
+    d = {
+        "point_id": "p1",
+        "tp": 1,
+        "stage": "profile",
+        "refitted": True,
+        "refits": 3,
+        "uncalibrated": {"output_throughput": 5000.0, "mean_tpot_ms": 0.7},
+        "predicted": {"output_throughput": 1416.3, "mean_tpot_ms": 3.1},
+        "measured": {"output_throughput": 1023.6, "mean_tpot_ms": 3.33},
+    }
     line = calibration_line(d)
     assert line.startswith("calibration (calibrated)") and "1416 vs measured 1024 tok/s (+38%)" in line
     assert "TPOT predicted 3.10 vs measured 3.33 ms (-7%)" in line and "refitted (3 so far)" in line

@@ -63,8 +63,10 @@ def test_a_real_sweep_learns_its_machine(tmp_path, vllm_python, tiny_model_dir, 
     uncal = statistics.median(tput(e, "uncalibrated") for e in fitted)
     calib = statistics.median(tput(e, "predicted") for e in fitted)
     tpot = [(e["uncalibrated"]["mean_tpot_ms"], e["predicted"]["mean_tpot_ms"], e["measured"]["mean_tpot_ms"]) for e in fitted]
-    print(f"output tok/s median APE over {len(fitted)} points: uncalibrated {uncal:.1%}, calibrated {calib:.1%}; "
-          f"TPOT ms (uncalibrated, calibrated, measured): {tpot}")
+    print(
+        f"output tok/s median APE over {len(fitted)} points: uncalibrated {uncal:.1%}, calibrated {calib:.1%}; "
+        f"TPOT ms (uncalibrated, calibrated, measured): {tpot}"
+    )
     assert calib < uncal
 
     # The profile is stored with the study and reloads through knee estimate.

@@ -55,7 +55,7 @@ def test_user_override_replaces_and_adds(tmp_path, monkeypatch):
     override = tmp_path / "catalog.toml"
     override.write_text(
         '[instances."ml.g6.12xlarge"]\nprice_per_hour = 4.5\nprice_date = "2026-11-01"\n\n'
-        '[gpus.MI300X]\nmemory_gb = 192\nbandwidth_gbps = 5300\ntflops = { bf16 = 1307, fp16 = 1307 }\n'
+        "[gpus.MI300X]\nmemory_gb = 192\nbandwidth_gbps = 5300\ntflops = { bf16 = 1307, fp16 = 1307 }\n"
         'link = "infinityfabric"\nlink_bandwidth_gbps = 896\narchitecture = "cdna3"\n'
     )
     monkeypatch.setenv("KNEE_CATALOG", str(override))
@@ -108,8 +108,7 @@ def test_second_region_prices_only_what_it_has(monkeypatch):
 def test_user_region_prices_add_to_the_bundled_ones(tmp_path, monkeypatch):
     override = tmp_path / "catalog.toml"
     override.write_text(
-        '[instances."ml.g6e.12xlarge".regions.eu-west-1]\nprice_per_hour = 14.5\nprice_date = "2026-11-20"\n'
-        'price_source = "my AWS bill"\n'
+        '[instances."ml.g6e.12xlarge".regions.eu-west-1]\nprice_per_hour = 14.5\nprice_date = "2026-11-20"\nprice_source = "my AWS bill"\n'
     )
     monkeypatch.setenv("KNEE_CATALOG", str(override))
     hw_mod._load.cache_clear()

@@ -79,14 +79,18 @@ def test_breakdown_parts_add_up_to_step_seconds(model, gpu, tp, kv):
         Batch.decode(256, 3000),
         Batch.prefill(8192),
         Batch.prefill(512, context_before=2048, seqs=3),
-        Batch(prefill_tokens=1024, prefill_attn=1024 * 700.0, prefill_kv=1400.0, prefill_seqs=2,
-              decode_seqs=40, decode_context=40 * 1800.0),
+        Batch(prefill_tokens=1024, prefill_attn=1024 * 700.0, prefill_kv=1400.0, prefill_seqs=2, decode_seqs=40, decode_context=40 * 1800.0),
     ]
     for b in batches:
         bd = cm.breakdown(b)
         assert bd.total == cm.step_time(b)
-        recombined = (_softmax(bd.linear_compute, bd.linear_memory) + max(bd.attention_compute, bd.attention_memory)
-                      + bd.communication + bd.overhead + bd.streaming)
+        recombined = (
+            _softmax(bd.linear_compute, bd.linear_memory)
+            + max(bd.attention_compute, bd.attention_memory)
+            + bd.communication
+            + bd.overhead
+            + bd.streaming
+        )
         assert recombined == pytest.approx(bd.total, rel=1e-12)
         assert min(bd.linear_compute, bd.linear_memory, bd.attention_memory, bd.overhead) > 0
         assert (bd.communication > 0) == (tp > 1)

@@ -30,14 +30,16 @@ def _ic(status: str, current: int = 0, desired: int = 2, **extra) -> dict:
 def test_wait_endpoint_reports_each_new_status_until_in_service():
     run, events = _run([{"EndpointStatus": "Creating"}, {"EndpointStatus": "Creating"}, {"EndpointStatus": "InService"}])
     assert run.wait_endpoint("ep") == {"EndpointStatus": "InService"}
-    assert _messages(events) == [("wait_endpoint", "wait", "endpoint ep: Creating"),
-                                 ("wait_endpoint", "wait", "endpoint ep: InService")]
+    assert _messages(events) == [("wait_endpoint", "wait", "endpoint ep: Creating"), ("wait_endpoint", "wait", "endpoint ep: InService")]
 
 
-@pytest.mark.parametrize("status, reason, message", [
-    ("Failed", "boom", "endpoint ep is Failed: boom"),
-    ("OutOfService", None, "endpoint ep is OutOfService: no reason given"),
-])
+@pytest.mark.parametrize(
+    "status, reason, message",
+    [
+        ("Failed", "boom", "endpoint ep is Failed: boom"),
+        ("OutOfService", None, "endpoint ep is OutOfService: no reason given"),
+    ],
+)
 def test_wait_endpoint_fails_on_a_failed_status(status, reason, message):
     failed = {"EndpointStatus": status, **({"FailureReason": reason} if reason else {})}
     run, _ = _run([{"EndpointStatus": "Creating"}, failed])

@@ -26,8 +26,23 @@ REGIONS = ["us-east-1", "us-west-2", "eu-west-1"]
 def test_deploy_plan_image_uri_unchanged(container, region, capsys, monkeypatch):
     for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(var, raising=False)
-    rc = main(["deploy", "plan", "--model", "Qwen/Qwen3-4B", "--tp", "4", "--instance", "ml.g6.12xlarge",
-               "--container", container, "--region", region, "--json"])
+    rc = main(
+        [
+            "deploy",
+            "plan",
+            "--model",
+            "Qwen/Qwen3-4B",
+            "--tp",
+            "4",
+            "--instance",
+            "ml.g6.12xlarge",
+            "--container",
+            container,
+            "--region",
+            region,
+            "--json",
+        ]
+    )
     assert rc in (0, None)
     plan = json.loads(capsys.readouterr().out)
     assert plan["image"] == ECR.format(region=region) + BEFORE[container]

@@ -86,25 +86,30 @@ def _install_extension(mp: pytest.MonkeyPatch) -> None:
         name = body["InferenceComponentName"]
         backend = self.sagemaker_backend
         if name in ics(self):
-            raise ValidationError(f"Cannot create already existing inference component \"{arn(self, name)}\".")
+            raise ValidationError(f'Cannot create already existing inference component "{arn(self, name)}".')
         ep = backend.endpoints.get(body["EndpointName"])
         if ep is None:
-            raise ValidationError(f"Could not find endpoint \"{body['EndpointName']}\".")
+            raise ValidationError(f'Could not find endpoint "{body["EndpointName"]}".')
         if body["VariantName"] not in [v["VariantName"] for v in ep.production_variants]:
-            raise ValidationError(f"Could not find variant \"{body['VariantName']}\".")
+            raise ValidationError(f'Could not find variant "{body["VariantName"]}".')
         spec = body["Specification"]
         if spec.get("ModelName") not in backend._models:
-            raise ValidationError(f"Could not find model \"{spec.get('ModelName')}\".")
+            raise ValidationError(f'Could not find model "{spec.get("ModelName")}".')
         req = spec["ComputeResourceRequirements"]
         if req.get("MinMemoryRequiredInMb", 0) < 128:
             raise ValidationError("MinMemoryRequiredInMb must be at least 128")
         copies = body["RuntimeConfig"]["CopyCount"]
         ics(self)[name] = {
-            "InferenceComponentName": name, "InferenceComponentArn": arn(self, name),
-            "EndpointName": body["EndpointName"], "EndpointArn": ep.arn, "VariantName": body["VariantName"],
-            "Specification": spec, "Tags": body.get("Tags", []),
+            "InferenceComponentName": name,
+            "InferenceComponentArn": arn(self, name),
+            "EndpointName": body["EndpointName"],
+            "EndpointArn": ep.arn,
+            "VariantName": body["VariantName"],
+            "Specification": spec,
+            "Tags": body.get("Tags", []),
             "RuntimeConfig": {"DesiredCopyCount": copies, "CurrentCopyCount": 0},
-            "InferenceComponentStatus": "Creating", "_polls": 0,
+            "InferenceComponentStatus": "Creating",
+            "_polls": 0,
         }
         EXT["ic_requests"].append(body)
         return json.dumps({"InferenceComponentArn": arn(self, name)})
@@ -113,7 +118,7 @@ def _install_extension(mp: pytest.MonkeyPatch) -> None:
         name = json.loads(self.body)["InferenceComponentName"]
         ic = ics(self).get(name)
         if ic is None:
-            raise ValidationError(f"Could not find inference component \"{arn(self, name)}\".")
+            raise ValidationError(f'Could not find inference component "{arn(self, name)}".')
         ic["_polls"] += 1
         if ic["InferenceComponentStatus"] in ("Creating", "Updating") and ic["_polls"] > 1:
             if EXT.get("fail_ic"):
@@ -126,16 +131,18 @@ def _install_extension(mp: pytest.MonkeyPatch) -> None:
 
     def list_inference_components(self):
         body = json.loads(self.body or "{}")
-        rows = [{k: ic[k] for k in ("InferenceComponentName", "InferenceComponentArn", "EndpointName", "VariantName",
-                                     "InferenceComponentStatus")}
-                for ic in ics(self).values() if body.get("EndpointNameEquals") in (None, ic["EndpointName"])]
+        rows = [
+            {k: ic[k] for k in ("InferenceComponentName", "InferenceComponentArn", "EndpointName", "VariantName", "InferenceComponentStatus")}
+            for ic in ics(self).values()
+            if body.get("EndpointNameEquals") in (None, ic["EndpointName"])
+        ]
         return json.dumps({"InferenceComponents": rows})
 
     def update_inference_component_runtime_config(self):
         body = json.loads(self.body)
         ic = ics(self).get(body["InferenceComponentName"])
         if ic is None:
-            raise ValidationError(f"Could not find inference component \"{body['InferenceComponentName']}\".")
+            raise ValidationError(f'Could not find inference component "{body["InferenceComponentName"]}".')
         ic["RuntimeConfig"]["DesiredCopyCount"] = body["DesiredRuntimeConfig"]["CopyCount"]
         ic["InferenceComponentStatus"] = "Updating"
         ic["_polls"] = 0
@@ -144,11 +151,16 @@ def _install_extension(mp: pytest.MonkeyPatch) -> None:
     def delete_inference_component(self):
         name = json.loads(self.body)["InferenceComponentName"]
         if ics(self).pop(name, None) is None:
-            raise ValidationError(f"Could not find inference component \"{arn(self, name)}\".")
+            raise ValidationError(f'Could not find inference component "{arn(self, name)}".')
         return "{}"
 
-    for fn in (create_inference_component, describe_inference_component, list_inference_components,
-               update_inference_component_runtime_config, delete_inference_component):
+    for fn in (
+        create_inference_component,
+        describe_inference_component,
+        list_inference_components,
+        update_inference_component_runtime_config,
+        delete_inference_component,
+    ):
         mp.setattr(SageMakerResponse, fn.__name__, fn, raising=False)
 
     orig_list_tags = SageMakerResponse.list_tags
@@ -206,18 +218,19 @@ def _install_extension(mp: pytest.MonkeyPatch) -> None:
             return 400, {"x-amzn-ErrorType": "ValidationError"}, json.dumps({"message": f"Inference component {ic_name} not in service."})
         frames = b""
         if EXT.get("fail_stream"):
-            frames += _event_frame(json.dumps({"Message": EXT["fail_stream"], "ErrorCode": "ModelError"}).encode(),
-                                   event_type="ModelStreamError", message_type="exception")
+            frames += _event_frame(
+                json.dumps({"Message": EXT["fail_stream"], "ErrorCode": "ModelError"}).encode(),
+                event_type="ModelStreamError",
+                message_type="exception",
+            )
         else:
             for word in ("Hello", " there", "!"):
                 chunk = {"choices": [{"index": 0, "delta": {"content": word}}]}
                 frames += _event_frame(f"data: {json.dumps(chunk)}\n\n".encode())
             frames += _event_frame(b"data: [DONE]\n\n")
-        return 200, {"Content-Type": "application/vnd.amazon.eventstream",
-                     "X-Amzn-SageMaker-Content-Type": "text/event-stream"}, frames
+        return 200, {"Content-Type": "application/vnd.amazon.eventstream", "X-Amzn-SageMaker-Content-Type": "text/event-stream"}, frames
 
-    mp.setattr(SageMakerRuntimeResponse, "invoke_endpoint_with_response_stream", invoke_endpoint_with_response_stream,
-               raising=False)
+    mp.setattr(SageMakerRuntimeResponse, "invoke_endpoint_with_response_stream", invoke_endpoint_with_response_stream, raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -244,10 +257,18 @@ def aws(moto_url, monkeypatch, tmp_path):
     requests.post(f"{moto_url}/moto-api/reset", timeout=10)
     EXT.clear()
     EXT.update(ics={}, ic_requests=[], invocations=[])
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing",
-                 "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": moto_url, "AWS_MAX_ATTEMPTS": "1",
-                 "AWS_CONFIG_FILE": str(tmp_path / "aws-config"), "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-creds"),
-                 "HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1"}.items():
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto_url,
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_CONFIG_FILE": str(tmp_path / "aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-creds"),
+        "HOME": str(tmp_path / "home"),
+        "HF_HUB_OFFLINE": "1",
+    }.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.delenv("HF_TOKEN", raising=False)
@@ -275,8 +296,14 @@ def _plan(tp: int = 1, container: str = "lmi", **target):
     from core.deploy import DeploySource, DeployTarget, build_plan
     from core.spec.serving import ServerConfig
 
-    src = DeploySource(config=ServerConfig(model="Qwen/Qwen3-4B", tp=tp, max_num_seqs=64, max_num_batched_tokens=4096),
-                       gpu="L4", num_gpus=tp, request_throughput=1.5, output_throughput=700.0, trial_id="t-12")
+    src = DeploySource(
+        config=ServerConfig(model="Qwen/Qwen3-4B", tp=tp, max_num_seqs=64, max_num_batched_tokens=4096),
+        gpu="L4",
+        num_gpus=tp,
+        request_throughput=1.5,
+        output_throughput=700.0,
+        trial_id="t-12",
+    )
     return build_plan(src, DeployTarget(instance="ml.g6.12xlarge", container=container, role_arn=ROLE, **target))
 
 
@@ -301,8 +328,12 @@ def test_inference_components_full_cycle(aws):
     assert result.created == plan.resources
     assert [k for k, _ in result.created] == ["model", "endpoint_config", "endpoint", "inference_component"]
     left = _leftovers(aws)
-    assert left == {"models": [plan.model_name], "endpoint_configs": [plan.endpoint_config_name],
-                    "endpoints": [plan.endpoint_name], "inference_components": [plan.inference_component_name]}
+    assert left == {
+        "models": [plan.model_name],
+        "endpoint_configs": [plan.endpoint_config_name],
+        "endpoints": [plan.endpoint_name],
+        "inference_components": [plan.inference_component_name],
+    }
     # The IC request is the planned one, and knee polled through Creating.
     assert EXT["ic_requests"] == [plan.calls[-1].params]
     assert any("Creating" in e.message for e in events) and any("InService" in e.message for e in events)
@@ -312,8 +343,7 @@ def test_inference_components_full_cycle(aws):
     assert {"Key": "knee:managed-by", "Value": "knee"} in sm.list_tags(ResourceArn=arn)["Tags"]
     # Streaming smoke test went to the IC with the chat body.
     assert result.smoke is not None and result.smoke.ok and result.smoke.text == "Hello there!"
-    assert EXT["invocations"] == [{"endpoint": plan.endpoint_name, "inference_component": plan.inference_component_name,
-                                   "body": plan.smoke_body}]
+    assert EXT["invocations"] == [{"endpoint": plan.endpoint_name, "inference_component": plan.inference_component_name, "body": plan.smoke_body}]
 
     st = describe_deployment(plan.name, clients=aws)
     assert st.managed_by_knee and st.endpoint["status"] == "InService"
@@ -404,8 +434,9 @@ def test_cancel_from_the_ui_rolls_back(aws):
             cancel.set()
 
     with pytest.raises(RunFailed, match="cancelled"):
-        apply_plan(_plan(tp=1), confirmed=True, clients=aws, progress=on_event,
-                   options=ApplyOptions(poll_interval_s=0.01, timeout_s=10, cancel=cancel))
+        apply_plan(
+            _plan(tp=1), confirmed=True, clients=aws, progress=on_event, options=ApplyOptions(poll_interval_s=0.01, timeout_s=10, cancel=cancel)
+        )
     assert _leftovers(aws) == NOTHING
 
 
@@ -426,8 +457,9 @@ def test_a_cancel_as_the_last_wait_ends_stops_before_the_smoke_test(aws):
             cancel.set()
 
     with pytest.raises(RunFailed, match="cancelled"):
-        apply_plan(_plan(tp=1), confirmed=True, clients=aws, progress=on_event,
-                   options=ApplyOptions(poll_interval_s=0.01, timeout_s=10, cancel=cancel))
+        apply_plan(
+            _plan(tp=1), confirmed=True, clients=aws, progress=on_event, options=ApplyOptions(poll_interval_s=0.01, timeout_s=10, cancel=cancel)
+        )
     assert "wait_inference_component" in steps and "smoke_test" not in steps
     assert _leftovers(aws) == NOTHING
 
@@ -453,8 +485,7 @@ def test_names_taken_by_foreign_resources_are_refused_untouched(aws):
     from core.errors import BadInput
 
     plan = _plan(tp=4)
-    aws.sagemaker.create_model(ModelName=plan.model_name, ExecutionRoleArn=ROLE,
-                               PrimaryContainer={"Image": "someone/else:1"})
+    aws.sagemaker.create_model(ModelName=plan.model_name, ExecutionRoleArn=ROLE, PrimaryContainer={"Image": "someone/else:1"})
     with pytest.raises(BadInput, match="not made by knee"):
         apply_plan(plan, confirmed=True, clients=aws, options=_fast())
     assert _leftovers(aws)["models"] == [plan.model_name]
@@ -491,9 +522,18 @@ def test_cli_cycle_and_planted_token_never_leaks(aws, capsys, tmp_path, monkeypa
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     monkeypatch.chdir(tmp_path)
     src = tmp_path / "trial.json"
-    src.write_text(json.dumps({"config": {"model": "Qwen/Qwen3-4B", "tp": 1, "max_num_seqs": 48},
-                               "gpu": "L4", "num_gpus": 1, "request_throughput": 2.0,
-                               "output_throughput": 800.0, "trial_id": "12"}))
+    src.write_text(
+        json.dumps(
+            {
+                "config": {"model": "Qwen/Qwen3-4B", "tp": 1, "max_num_seqs": 48},
+                "gpu": "L4",
+                "num_gpus": 1,
+                "request_throughput": 2.0,
+                "output_throughput": 800.0,
+                "trial_id": "12",
+            }
+        )
+    )
     outputs = []
     common = ["--from-json", str(src), "--instance", "ml.g6.12xlarge", "--role", ROLE]
 
@@ -516,8 +556,11 @@ def test_cli_cycle_and_planted_token_never_leaks(aws, capsys, tmp_path, monkeypa
     env = aws.sagemaker.describe_model(ModelName=plan["model_name"])["PrimaryContainer"]["Environment"]
     assert env["HF_TOKEN"] == TOKEN  # delivered where it is needed
 
-    for argv in (["deploy", "status", "--name", name], ["deploy", "status", "--name", name, "--json"],
-                 ["deploy", "scale", "--name", name, "--copies", "3", "--poll-interval", "0.01"]):
+    for argv in (
+        ["deploy", "status", "--name", name],
+        ["deploy", "status", "--name", name, "--json"],
+        ["deploy", "scale", "--name", name, "--copies", "3", "--poll-interval", "0.01"],
+    ):
         rc, out, err = _run_cli(argv, capsys)
         assert rc == 0, err
         outputs += [out, err]
@@ -545,18 +588,53 @@ def test_cli_cycle_and_planted_token_never_leaks(aws, capsys, tmp_path, monkeypa
 def test_token_from_secrets_manager(aws, capsys, tmp_path):
     import boto3
 
-    boto3.client("secretsmanager", region_name="us-east-1").create_secret(
-        Name="knee/hf", SecretString=json.dumps({"HF_TOKEN": TOKEN}))
-    rc, out, err = _run_cli(["deploy", "apply", "--model", "Qwen/Qwen3-4B", "--tp", "4", "--instance", "ml.g6.12xlarge",
-                             "--role", ROLE, "--hf-token-secret", "knee/hf", "--yes", "--poll-interval", "0.01"], capsys)
+    boto3.client("secretsmanager", region_name="us-east-1").create_secret(Name="knee/hf", SecretString=json.dumps({"HF_TOKEN": TOKEN}))
+    rc, out, err = _run_cli(
+        [
+            "deploy",
+            "apply",
+            "--model",
+            "Qwen/Qwen3-4B",
+            "--tp",
+            "4",
+            "--instance",
+            "ml.g6.12xlarge",
+            "--role",
+            ROLE,
+            "--hf-token-secret",
+            "knee/hf",
+            "--yes",
+            "--poll-interval",
+            "0.01",
+        ],
+        capsys,
+    )
     assert rc == 0, err
     assert TOKEN not in out + err and "<secret secretsmanager:knee/hf>" in out
     models = aws.sagemaker.list_models()["Models"]
     env = aws.sagemaker.describe_model(ModelName=models[0]["ModelName"])["PrimaryContainer"]["Environment"]
     assert env["HF_TOKEN"] == TOKEN
 
-    rc, out, err = _run_cli(["deploy", "apply", "--model", "Qwen/Qwen3-4B", "--tp", "4", "--instance", "ml.g6.12xlarge",
-                             "--role", ROLE, "--hf-token-secret", "knee/missing", "--name", "other", "--yes"], capsys)
+    rc, out, err = _run_cli(
+        [
+            "deploy",
+            "apply",
+            "--model",
+            "Qwen/Qwen3-4B",
+            "--tp",
+            "4",
+            "--instance",
+            "ml.g6.12xlarge",
+            "--role",
+            ROLE,
+            "--hf-token-secret",
+            "knee/missing",
+            "--name",
+            "other",
+            "--yes",
+        ],
+        capsys,
+    )
     assert rc == 2 and "cannot read secret 'knee/missing'" in err
 
 
@@ -564,8 +642,7 @@ def test_cli_apply_without_yes_on_a_pipe_changes_nothing(aws, capsys, monkeypatc
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
-    rc, out, err = _run_cli(["deploy", "apply", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge",
-                             "--role", ROLE], capsys)
+    rc, out, err = _run_cli(["deploy", "apply", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--role", ROLE], capsys)
     assert rc == 2 and "--yes" in err
     assert _leftovers(aws) == NOTHING
 

@@ -25,9 +25,18 @@ from core.deploy.secrets import Redactor, SecretRef, mask
 from core.errors import BadInput
 from core.spec.serving import ServerConfig
 
-TUNED = ServerConfig(model="Qwen/Qwen3-8B", tp=2, dp=2, max_num_batched_tokens=4096, max_num_seqs=96,
-                     max_model_len=16384, gpu_memory_utilization=0.85, quantization="fp8", kv_cache_dtype="fp8",
-                     enable_prefix_caching=False)
+TUNED = ServerConfig(
+    model="Qwen/Qwen3-8B",
+    tp=2,
+    dp=2,
+    max_num_batched_tokens=4096,
+    max_num_seqs=96,
+    max_model_len=16384,
+    gpu_memory_utilization=0.85,
+    quantization="fp8",
+    kv_cache_dtype="fp8",
+    enable_prefix_caching=False,
+)
 
 
 def _src(**kw) -> DeploySource:
@@ -53,8 +62,16 @@ def test_lmi_maps_every_knob():
         "OPTION_DATA_PARALLEL_SIZE": "2",
     }
     assert {m.knob for m in rep if m.status == "exact"} == {
-        "tp", "dp", "max_num_batched_tokens", "max_num_seqs", "max_model_len", "gpu_memory_utilization",
-        "quantization", "kv_cache_dtype", "enable_prefix_caching"}
+        "tp",
+        "dp",
+        "max_num_batched_tokens",
+        "max_num_seqs",
+        "max_model_len",
+        "gpu_memory_utilization",
+        "quantization",
+        "kv_cache_dtype",
+        "enable_prefix_caching",
+    }
     assert check_knobs(TUNED, env, rep) == []
 
 
@@ -81,8 +98,10 @@ def test_vllm_maps_every_knob_and_negates_booleans():
         "SM_VLLM_NO_ENABLE_PREFIX_CACHING": "true",
     }
     assert check_knobs(TUNED, env, rep) == []
-    env, _ = container_env("vllm", ServerConfig(model="m/x", extra_args={"enforce-eager": True, "enable-chunked-prefill": False,
-                                                                         "speculative_config": {"method": "ngram"}}))
+    env, _ = container_env(
+        "vllm",
+        ServerConfig(model="m/x", extra_args={"enforce-eager": True, "enable-chunked-prefill": False, "speculative_config": {"method": "ngram"}}),
+    )
     assert env["SM_VLLM_ENFORCE_EAGER"] == "true"
     assert env["SM_VLLM_NO_ENABLE_CHUNKED_PREFILL"] == "true"
     assert json.loads(env["SM_VLLM_SPECULATIVE_CONFIG"]) == {"method": "ngram"}
@@ -105,8 +124,10 @@ def test_tgi_maps_a_dp1_config_with_approximations_warned():
     assert any("maintenance mode" in w for w in plan.warnings)
     assert any(w.startswith("max_num_seqs=96 maps only approximately") for w in plan.warnings)
     with pytest.raises(BadInput, match="quantization=mxfp4: dropped"):
-        build_plan(_src(config=cfg.model_copy(update={"quantization": "mxfp4", "model": "openai/gpt-oss-20b", "tp": 1})),
-                   DeployTarget(instance="ml.g6e.xlarge", container="tgi"))
+        build_plan(
+            _src(config=cfg.model_copy(update={"quantization": "mxfp4", "model": "openai/gpt-oss-20b", "tp": 1})),
+            DeployTarget(instance="ml.g6e.xlarge", container="tgi"),
+        )
 
 
 def test_check_catches_a_knob_clobbered_after_mapping():
@@ -208,12 +229,15 @@ def test_other_hardware_and_simulation_are_flagged():
     assert not any("measured on" in w for w in same.warnings)
 
 
-@pytest.mark.parametrize("target,message", [
-    (dict(instance="ml.g6.13xlarge"), "unknown SageMaker instance type 'ml.g6.13xlarge'"),
-    (dict(instance="ml.g6.12xlarge", region="xx-nowhere-1"), "unknown region 'xx-nowhere-1'"),
-    (dict(instance="ml.g6.12xlarge", role_arn="arn:aws:iam::123:role/x"), "malformed execution role ARN"),
-    (dict(instance="ml.g6.12xlarge", name="bad_name!"), "bad deployment name"),
-])
+@pytest.mark.parametrize(
+    "target,message",
+    [
+        (dict(instance="ml.g6.13xlarge"), "unknown SageMaker instance type 'ml.g6.13xlarge'"),
+        (dict(instance="ml.g6.12xlarge", region="xx-nowhere-1"), "unknown region 'xx-nowhere-1'"),
+        (dict(instance="ml.g6.12xlarge", role_arn="arn:aws:iam::123:role/x"), "malformed execution role ARN"),
+        (dict(instance="ml.g6.12xlarge", name="bad_name!"), "bad deployment name"),
+    ],
+)
 def test_bad_targets(target, message):
     with pytest.raises(BadInput, match=message):
         build_plan(_src(), DeployTarget(**target))
@@ -238,8 +262,7 @@ def test_kv_cache_misfit_fails_an_estimate_but_not_a_measurement():
         build_plan(_src(config=cfg, simulated=True), DeployTarget(instance="ml.g6.12xlarge"))
     plan = build_plan(_src(config=cfg, gpu="NVIDIA L4"), DeployTarget(instance="ml.g6.12xlarge"))
     assert any("trusting the measurement" in w for w in plan.warnings)
-    ok = build_plan(_src(config=cfg.model_copy(update={"max_model_len": 8192}), simulated=True),
-                    DeployTarget(instance="ml.g6.12xlarge"))
+    ok = build_plan(_src(config=cfg.model_copy(update={"max_model_len": 8192}), simulated=True), DeployTarget(instance="ml.g6.12xlarge"))
     assert not any("fit" in w for w in ok.warnings) and ok.sizing.weights_gib_per_gpu > 7
 
 
@@ -250,8 +273,12 @@ def test_names_are_idempotent_and_change_with_the_config():
     assert a.name == b.name and a.name.startswith("knee-qwen3-4b-") and a.name != c.name
     assert all(len(n) <= 63 for _, n in a.resources)
     named = build_plan(_src(), DeployTarget(instance="ml.g6.12xlarge", name="prod-chat"))
-    assert named.resources == [("model", "prod-chat-model"), ("endpoint_config", "prod-chat-config"),
-                               ("endpoint", "prod-chat"), ("inference_component", "prod-chat-ic")]
+    assert named.resources == [
+        ("model", "prod-chat-model"),
+        ("endpoint_config", "prod-chat-config"),
+        ("endpoint", "prod-chat"),
+        ("inference_component", "prod-chat-ic"),
+    ]
     tags = {t["Key"]: t["Value"] for t in a.tags}
     assert tags == {"knee:managed-by": "knee", "knee:deployment": a.name, "knee:trial": "12"}
     assert all(c.params["Tags"] == a.tags for c in a.calls)
@@ -286,8 +313,7 @@ def test_plan_roundtrips_through_json(tmp_path):
     again = load_plan(str(path))
     assert again == plan
     roled = with_role(again, "arn:aws:iam::123456789012:role/R")
-    assert all(c.params.get("ExecutionRoleArn", "arn:aws:iam::123456789012:role/R") == "arn:aws:iam::123456789012:role/R"
-               for c in roled.calls)
+    assert all(c.params.get("ExecutionRoleArn", "arn:aws:iam::123456789012:role/R") == "arn:aws:iam::123456789012:role/R" for c in roled.calls)
     assert not any("no execution role" in w for w in roled.warnings)
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(BadInput, match="not a knee deploy plan"):
@@ -296,8 +322,7 @@ def test_plan_roundtrips_through_json(tmp_path):
 
 def test_source_json_flat_and_nested(tmp_path):
     flat = tmp_path / "flat.json"
-    flat.write_text(json.dumps({"model": "Qwen/Qwen3-4B", "tp": 2, "max_num_seqs": 8, "gpu": "L4",
-                                "request_throughput": 1.0}))
+    flat.write_text(json.dumps({"model": "Qwen/Qwen3-4B", "tp": 2, "max_num_seqs": 8, "gpu": "L4", "request_throughput": 1.0}))
     src = from_json_file(flat)
     assert src.config.tp == 2 and src.config.max_num_seqs == 8 and src.gpu == "L4"
     bad = tmp_path / "bad.json"
@@ -329,8 +354,7 @@ def trial_json(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("container,var", [("lmi", "OPTION_MAX_ROLLING_BATCH_SIZE=64"), ("vllm", "SM_VLLM_MAX_NUM_SEQS=64")])
 def test_cli_acceptance_plan(container, var, trial_json, capsys):
-    rc, out, err = _cli(["deploy", "plan", "--from-json", trial_json, "--instance", "ml.g6.12xlarge",
-                         "--container", container], capsys)
+    rc, out, err = _cli(["deploy", "plan", "--from-json", trial_json, "--instance", "ml.g6.12xlarge", "--container", container], capsys)
     assert rc == 0, err
     assert "inference components: 4 copies per instance" in out
     assert "per 1M output tokens" in out and "price us-east-1, 2026" in out
@@ -338,25 +362,28 @@ def test_cli_acceptance_plan(container, var, trial_json, capsys):
 
 
 def test_cli_plan_json(trial_json, capsys):
-    rc, out, err = _cli(["deploy", "plan", "--from-json", trial_json, "--instance", "ml.g6.12xlarge", "--json",
-                         "--max-num-seqs", "128", "--target-rps", "10"], capsys)
+    rc, out, err = _cli(
+        ["deploy", "plan", "--from-json", trial_json, "--instance", "ml.g6.12xlarge", "--json", "--max-num-seqs", "128", "--target-rps", "10"], capsys
+    )
     assert rc == 0
     plan = json.loads(out)
     assert plan["sizing"]["copies_per_instance"] == 4 and plan["sizing"]["instance_count"] == 2
     assert plan["environment"]["OPTION_MAX_ROLLING_BATCH_SIZE"] == "128"  # the flag overrides the file
-    assert [c["operation"] for c in plan["calls"]] == ["create_model", "create_endpoint_config", "create_endpoint",
-                                                        "create_inference_component"]
+    assert [c["operation"] for c in plan["calls"]] == ["create_model", "create_endpoint_config", "create_endpoint", "create_inference_component"]
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--instance", "ml.nope.xlarge"], "unknown SageMaker instance type"),
-    (["--instance", "ml.g6.12xlarge", "--tp", "8"], "TP=8 is larger"),
-    (["--instance", "ml.g6.12xlarge", "--region", "xx-nowhere-1"], "unknown region"),
-    (["--instance", "ml.g6.12xlarge", "--role", "not-an-arn"], "malformed execution role ARN"),
-    (["--instance", "ml.g6.xlarge", "--model", "meta-llama/Llama-3.1-70B"], "does not fit"),
-    (["--instance", "ml.g6.12xlarge", "--tp", "0"], "--tp must be at least 1"),
-    (["--instance", "ml.g6.12xlarge", "--hf-token-env", "KNEE_NO_SUCH_VAR"], "that variable is not set"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--instance", "ml.nope.xlarge"], "unknown SageMaker instance type"),
+        (["--instance", "ml.g6.12xlarge", "--tp", "8"], "TP=8 is larger"),
+        (["--instance", "ml.g6.12xlarge", "--region", "xx-nowhere-1"], "unknown region"),
+        (["--instance", "ml.g6.12xlarge", "--role", "not-an-arn"], "malformed execution role ARN"),
+        (["--instance", "ml.g6.xlarge", "--model", "meta-llama/Llama-3.1-70B"], "does not fit"),
+        (["--instance", "ml.g6.12xlarge", "--tp", "0"], "--tp must be at least 1"),
+        (["--instance", "ml.g6.12xlarge", "--hf-token-env", "KNEE_NO_SUCH_VAR"], "that variable is not set"),
+    ],
+)
 def test_cli_bad_input_is_one_line_and_exit_2(extra, message, trial_json, capsys):
     rc, out, err = _cli(["deploy", "plan", "--from-json", trial_json, *extra], capsys)
     assert rc == 2 and message in err and err.count("\n") == 1 and out == ""
@@ -364,8 +391,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(extra, message, trial_json, capsys
 
 def test_cli_plan_from_flags_and_missing_source(capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    rc, out, err = _cli(["deploy", "plan", "--model", "Qwen/Qwen3-4B", "--tp", "2", "--instance", "ml.g6.12xlarge",
-                         "--container", "vllm", "--brief"], capsys)
+    rc, out, err = _cli(
+        ["deploy", "plan", "--model", "Qwen/Qwen3-4B", "--tp", "2", "--instance", "ml.g6.12xlarge", "--container", "vllm", "--brief"], capsys
+    )
     assert rc == 0 and "2 copies per instance" in out and "Requests" not in out
     assert "no output-token throughput" in out
     rc, out, err = _cli(["deploy", "plan", "--instance", "ml.g6.12xlarge"], capsys)
@@ -400,15 +428,25 @@ def test_from_study_picks_the_best_point_that_met_the_slos():
     from core.deploy import from_study
 
     def point(tid, rps, tps, meets, c):
-        return NS(trial_id=tid, status="ok", meets_slo=meets, simulated=True, client_args={"max_concurrency": c},
-                  summary={"request_throughput": rps, "output_throughput": tps})
+        return NS(
+            trial_id=tid,
+            status="ok",
+            meets_slo=meets,
+            simulated=True,
+            client_args={"max_concurrency": c},
+            summary={"request_throughput": rps, "output_throughput": tps},
+        )
 
     store = NS(
         latest_study=lambda: "s1",
         spec=lambda study: NS(model="Qwen/Qwen3-4B", instance="ml.g6.12xlarge", gpu=None),
         trials=lambda study: [NS(trial_id=3, server_args={"tp": 1, "max_num_seqs": 64})],
-        points=lambda study: [point(3, 0.6, 300.0, True, 16), point(3, 0.8, 400.0, True, 32),
-                              point(3, 1.2, 600.0, False, 64), point(4, 9.0, 9000.0, True, 64)],
+        points=lambda study: [
+            point(3, 0.6, 300.0, True, 16),
+            point(3, 0.8, 400.0, True, 32),
+            point(3, 1.2, 600.0, False, 64),
+            point(4, 9.0, 9000.0, True, 64),
+        ],
     )
     src = from_study(store, "3", to_config=lambda model, args: ServerConfig(model=model, **args))
     assert (src.request_throughput, src.output_throughput, src.gpu, src.num_gpus) == (0.8, 400.0, "L4", 1)

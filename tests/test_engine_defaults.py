@@ -61,8 +61,7 @@ def test_estimator_and_simulator_use_the_gpus_defaults():
 
     # 400 prompts at once: an H100 runs them all together (400 < 1024), an L4 at most 256.
     def peak_running(gpu: str) -> float:
-        res = simulate(arch, Hardware(gpu=get_gpu(gpu), num_gpus=1), ServerConfig(model=arch.name),
-                       wl, LoadPoint(concurrency=400, num_prompts=400))
+        res = simulate(arch, Hardware(gpu=get_gpu(gpu), num_gpus=1), ServerConfig(model=arch.name), wl, LoadPoint(concurrency=400, num_prompts=400))
         return float(max(res.timeseries["running"]))
 
     assert peak_running("H100-SXM") > 300

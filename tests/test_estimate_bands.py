@@ -20,8 +20,13 @@ def test_estimate_json_carries_low_and_high_for_every_prediction(capsys):
     ratios = bands.table()["bands"]
     for c in d["configs"]:
         for p in [c["at_knee"], *c["predictions"]]:
-            means = {"ttft_ms": p["ttft_ms"]["mean"], "itl_ms": p["itl_ms"]["mean"], "e2e_s": p["e2e_s"]["mean"],
-                     "req_per_s": p["req_per_s"], "output_tok_per_s": p["output_tok_per_s"]}
+            means = {
+                "ttft_ms": p["ttft_ms"]["mean"],
+                "itl_ms": p["itl_ms"]["mean"],
+                "e2e_s": p["e2e_s"]["mean"],
+                "req_per_s": p["req_per_s"],
+                "output_tok_per_s": p["output_tok_per_s"],
+            }
             for k in KEYS:
                 b = p["bands"][k]
                 assert 0 < b["low"] < b["high"]
@@ -44,8 +49,10 @@ def test_pessimistic_edge_is_the_high_latency_and_the_low_throughput():
 def test_bands_are_written_from_measured_residuals(tmp_path):
     from bench.bands import write_bands
 
-    rows = [{"knee": {"ttft_ms": 100.0, "output_tok_per_s": 10.0}, "measured": {"ttft_ms": 100.0 * (0.5 + i / 20), "output_tok_per_s": 10.0}}
-            for i in range(21)]
+    rows = [
+        {"knee": {"ttft_ms": 100.0, "output_tok_per_s": 10.0}, "measured": {"ttft_ms": 100.0 * (0.5 + i / 20), "output_tok_per_s": 10.0}}
+        for i in range(21)
+    ]
     doc = write_bands(rows, str(tmp_path / "b.json"), ["x.jsonl"])
     assert json.loads((tmp_path / "b.json").read_text()) == doc
     ttft = doc["bands"]["ttft_ms"]

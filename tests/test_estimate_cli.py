@@ -11,8 +11,19 @@ from core.errors import BadInput
 from core.estimate import estimate
 
 KNEE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "knee"
-ACCEPT = ["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--input-len", "1024",
-          "--output-len", "512", "--constraints", "e2e_latency:p99<60s"]
+ACCEPT = [
+    "estimate",
+    "--model",
+    "Qwen/Qwen3-4B",
+    "--instance",
+    "ml.g6.12xlarge",
+    "--input-len",
+    "1024",
+    "--output-len",
+    "512",
+    "--constraints",
+    "e2e_latency:p99<60s",
+]
 
 
 def knee(*args, env=None):
@@ -51,8 +62,24 @@ def test_json_report():
 
 
 def test_tp_and_knobs_flags_and_plan_file(tmp_path):
-    r = knee("estimate", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "H100-SXM", "--num-gpus", "2", "--tp", "1",
-             "--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--concurrency", "4,512", "--json")
+    r = knee(
+        "estimate",
+        "--model",
+        "meta-llama/Llama-3.1-8B",
+        "--gpu",
+        "H100-SXM",
+        "--num-gpus",
+        "2",
+        "--tp",
+        "1",
+        "--max-num-seqs",
+        "64",
+        "--max-num-batched-tokens",
+        "4096",
+        "--concurrency",
+        "4,512",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert [(c["tp"], c["dp"]) for c in d["configs"]] == [(1, 2)]
@@ -60,8 +87,10 @@ def test_tp_and_knobs_flags_and_plan_file(tmp_path):
     assert d["configs"][0]["predictions"][1]["limited_by"] == "max_num_seqs"
     plan = tmp_path / "plan.toml"
     # Written by hand: Plan.save drops instance=None, and loading brings the default back.
-    plan.write_text('[plan]\nmodel = "Qwen/Qwen3-8B"\ninstance = ""\ngpu = "L40S"\nnum_gpus = 2\n'
-                    'input_len = 2000\noutput_len = 100\nconstraints = "ttft:p95<1s"\n')
+    plan.write_text(
+        '[plan]\nmodel = "Qwen/Qwen3-8B"\ninstance = ""\ngpu = "L40S"\nnum_gpus = 2\n'
+        'input_len = 2000\noutput_len = 100\nconstraints = "ttft:p95<1s"\n'
+    )
     r = knee("estimate", "--plan", str(plan), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)

@@ -182,8 +182,11 @@ def test_fixed_lengths_start_in_a_wave_and_later_requests_wait_for_their_own_chu
     request no longer waits for before its first token moves into its TPOT."""
     arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
     fixed = Predictor(arch, gpu, Workload.fixed(1024, 512))
-    spread = Predictor(arch, gpu, Workload(input=LengthDist(kind="uniform", mean=1024, range_ratio=0.25),
-                                           output=LengthDist(kind="uniform", mean=512, range_ratio=0.25)))
+    spread = Predictor(
+        arch,
+        gpu,
+        Workload(input=LengthDist(kind="uniform", mean=1024, range_ratio=0.25), output=LengthDist(kind="uniform", mean=512, range_ratio=0.25)),
+    )
     assert fixed.synchronized and not spread.synchronized
     cfg = fixed.config(1)
     # 64 prompts of 1024 tokens take thirty-two 2048-token steps (vllm serve's budget on an
@@ -282,8 +285,9 @@ def test_a_finite_closed_loop_run_starts_with_its_first_wave_prefilling_back_to_
     mean TTFT of 663 ms over a median of 190 ms). The share of the run they are, and so the
     mean's lift, falls as the run grows; production traffic (no N given) has no such start."""
     arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
-    p = Predictor(arch, gpu, Workload(input=LengthDist(kind="uniform", mean=300, range_ratio=0.5),
-                                      output=LengthDist(kind="uniform", mean=200, range_ratio=0.5)))
+    p = Predictor(
+        arch, gpu, Workload(input=LengthDist(kind="uniform", mean=300, range_ratio=0.5), output=LengthDist(kind="uniform", mean=200, range_ratio=0.5))
+    )
     cfg = p.config(4, max_num_batched_tokens=8192)
     steady = p.predict(cfg, concurrency=128)
     short, long = (p.predict(cfg, concurrency=128, num_prompts=n) for n in (1000, 10000))

@@ -36,15 +36,15 @@ for _ in range(3):
 
 
 def _spec(instance: str = "ml.g6.12xlarge"):
-    return build_spec("Qwen/Qwen3-4B", engine="sim", server_args="max_num_seqs=[16,32]",
-                      client_args="max_concurrency=[4];num_prompts=50", instance=instance)
+    return build_spec(
+        "Qwen/Qwen3-4B", engine="sim", server_args="max_num_seqs=[16,32]", client_args="max_concurrency=[4];num_prompts=50", instance=instance
+    )
 
 
 def test_processes_that_create_one_sqlite_store_at_once_all_open_it(tmp_path):
     db = tmp_path / "knee.db"
     start = time.time() + 3.0  # after every interpreter has started (imports take ~1 s on a busy box)
-    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, str(db), str(start)], cwd=ROOT,
-                              stderr=subprocess.PIPE, text=True) for _ in range(10)]
+    procs = [subprocess.Popen([sys.executable, "-c", OPEN_AT, str(db), str(start)], cwd=ROOT, stderr=subprocess.PIPE, text=True) for _ in range(10)]
     errors = [(p.wait(120), p.stderr.read()) for p in procs]
     assert all(rc == 0 for rc, _ in errors), [e for rc, e in errors if rc]
     store = StudyStore(db, create=False)

@@ -74,7 +74,9 @@ def test_every_token_stamped_in_order_within_the_servers_truth(server, monkeypat
         assert np.all(np.diff(c) >= 0), f"stamps out of order in request {rec.index}"
         assert rec.send_time <= rec.headers_time <= rec.chunk_times[0] <= rec.chunk_times[-1] <= rec.end_time
         early = w - c  # > 0: stamped before the server wrote it
-        assert early.max() <= CONVERSION_SLACK_S, f"request {rec.index}: token {int(early.argmax())} stamped {early.max() * 1e3:.3f} ms before its write; {context}"
+        assert early.max() <= CONVERSION_SLACK_S, (
+            f"request {rec.index}: token {int(early.argmax())} stamped {early.max() * 1e3:.3f} ms before its write; {context}"
+        )
         late = c - w[-1]
         assert late.max() <= LATE_MARGIN_S, f"request {rec.index}: stamp {late.max():.3f} s after the stream's last write; {context}"
         # The request reached the server after it was sent; the first token came TTFT later.

@@ -37,10 +37,42 @@ def assert_one_line_error(rc, err, *needles):
 
 
 def test_good_run_json_has_vllm_keys(server, capsys):
-    rc, out, err = bench(capsys, "--url", server.url, "--model", "cadence", "--api-key", "k-123", "--concurrency", "2", "--num-prompts", "6", "--input-len", "16", "--output-len", "5", "--json")
+    rc, out, err = bench(
+        capsys,
+        "--url",
+        server.url,
+        "--model",
+        "cadence",
+        "--api-key",
+        "k-123",
+        "--concurrency",
+        "2",
+        "--num-prompts",
+        "6",
+        "--input-len",
+        "16",
+        "--output-len",
+        "5",
+        "--json",
+    )
     assert rc == 0, err
     res = json.loads(out)
-    for key in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput", "output_throughput", "total_token_throughput", "request_goodput", "mean_ttft_ms", "median_tpot_ms", "p99_itl_ms", "std_e2el_ms", "p99_chunk_itl_ms"):
+    for key in (
+        "completed",
+        "failed",
+        "duration",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "request_goodput",
+        "mean_ttft_ms",
+        "median_tpot_ms",
+        "p99_itl_ms",
+        "std_e2el_ms",
+        "p99_chunk_itl_ms",
+    ):
         assert key in res, key
     assert res["completed"] == 6 and res["total_output_tokens"] == 30
     assert "k-123" not in out and "k-123" not in err
@@ -48,7 +80,26 @@ def test_good_run_json_has_vllm_keys(server, capsys):
 
 def test_result_file_and_detailed_arrays(server, capsys, tmp_path):
     f = tmp_path / "res.json"
-    rc, out, err = bench(capsys, "--url", server.url + "/v1", "--model", "cadence", "--api-key", "k-123", "--num-prompts", "3", "--input-len", "8", "--output-len", "4", "--result-file", str(f), "--save-detailed", "--api", "chat")
+    rc, out, err = bench(
+        capsys,
+        "--url",
+        server.url + "/v1",
+        "--model",
+        "cadence",
+        "--api-key",
+        "k-123",
+        "--num-prompts",
+        "3",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--result-file",
+        str(f),
+        "--save-detailed",
+        "--api",
+        "chat",
+    )
     assert rc == 0, err
     assert "Successful requests:" in out
     res = json.loads(f.read_text())
@@ -106,7 +157,22 @@ def test_sharegpt_file_runs(server, capsys, tmp_path):
     f = tmp_path / "sg.json"
     conv = [{"conversations": [{"from": "human", "value": f"question {i} about tokens"}, {"from": "gpt", "value": "a b c d"}]} for i in range(5)]
     f.write_text(json.dumps(conv))
-    rc, out, err = bench(capsys, "--url", server.url, "--model", "cadence", "--api-key", "k-123", "--dataset", "sharegpt", "--dataset-path", str(f), "--num-prompts", "5", "--json")
+    rc, out, err = bench(
+        capsys,
+        "--url",
+        server.url,
+        "--model",
+        "cadence",
+        "--api-key",
+        "k-123",
+        "--dataset",
+        "sharegpt",
+        "--dataset-path",
+        str(f),
+        "--num-prompts",
+        "5",
+        "--json",
+    )
     assert rc == 0, err
     res = json.loads(out)
     assert res["completed"] == 5 and res["total_output_tokens"] == 5 * 4  # reply length (word fallback)
@@ -131,7 +197,13 @@ def test_bad_flags(capsys, argv, needle):
 
 def test_installed_command_prints_no_traceback():
     # The real entry point, in a fresh process: unreachable URL -> exit 2, one line.
-    p = subprocess.run([sys.executable, "-m", "tui", "bench", "--url", "http://127.0.0.1:9", "--model", "m", "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "tui", "bench", "--url", "http://127.0.0.1:9", "--model", "m", "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
     assert "Traceback" not in p.stderr
     assert p.stderr.count("knee: error:") == 1

@@ -98,7 +98,11 @@ class _Handler(BaseHTTPRequestHandler):
                     err = json.dumps({"Message": "model crashed", "ErrorCode": "ModelError"}).encode()
                     self._chunk(_event(err, kind="ModelStreamError", message_type="exception", ctype="application/json"))
                     break
-                msg = b"data: " + json.dumps({"choices": [{"index": 0, "text": f" t{k}", "finish_reason": "length" if k == n - 1 else None}]}).encode() + b"\n\n"
+                msg = (
+                    b"data: "
+                    + json.dumps({"choices": [{"index": 0, "text": f" t{k}", "finish_reason": "length" if k == n - 1 else None}]}).encode()
+                    + b"\n\n"
+                )
                 # split each SSE message across two payload parts at an awkward place
                 cut = len(msg) // 3
                 stamps.append(time.perf_counter())
@@ -196,9 +200,31 @@ def test_knee_bench_invokes_an_inference_component(fake, capsys, monkeypatch):
 
     url, handler = fake("lmi")
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", url)  # botocore's per-service endpoint variable
-    rc = main(["bench", "--no-progress", "--json", "--sagemaker-endpoint", "good", "--inference-component", "knee-ic-1",
-               "--sagemaker-format", "lmi", "--region", "us-east-1", "--model", "m", "--concurrency", "2",
-               "--num-prompts", "4", "--input-len", "8", "--output-len", "5"])
+    rc = main(
+        [
+            "bench",
+            "--no-progress",
+            "--json",
+            "--sagemaker-endpoint",
+            "good",
+            "--inference-component",
+            "knee-ic-1",
+            "--sagemaker-format",
+            "lmi",
+            "--region",
+            "us-east-1",
+            "--model",
+            "m",
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "4",
+            "--input-len",
+            "8",
+            "--output-len",
+            "5",
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert json.loads(out)["completed"] == 4

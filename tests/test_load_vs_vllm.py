@@ -40,11 +40,21 @@ def test_knee_and_vllm_bench_serve_count_the_same_tokens(real_vllm, concurrency,
     target = OpenAITarget(server.url, server.model_name, api_key=server.api_key)
     k = run_load_sync(target, measured + warm, LoadPoint(concurrency=concurrency, num_prompts=n), warmup=WARMUPS, tokenizer=tok).summary
     v = run_vllm_bench(
-        server.url, server.model_dir, concurrency=concurrency, num_prompts=n, input_len=INPUT_LEN, output_len=OUTPUT_LEN,
-        api_key=server.api_key, model_name=server.model_name, seed=concurrency, num_warmups=WARMUPS,
+        server.url,
+        server.model_dir,
+        concurrency=concurrency,
+        num_prompts=n,
+        input_len=INPUT_LEN,
+        output_len=OUTPUT_LEN,
+        api_key=server.api_key,
+        model_name=server.model_name,
+        seed=concurrency,
+        num_warmups=WARMUPS,
     )
     assert [r["prompt"] for r in v["sent_requests"]] == [p.text for p in measured], "vllm bench sent other prompts"
-    counts = f"knee in {k['total_input_tokens']:.0f} out {k['total_output_tokens']:.0f} | vllm in {v['total_input_tokens']} out {v['total_output_tokens']}"
+    counts = (
+        f"knee in {k['total_input_tokens']:.0f} out {k['total_output_tokens']:.0f} | vllm in {v['total_input_tokens']} out {v['total_output_tokens']}"
+    )
     assert (k["completed"], k["failed"]) == (v["completed"], v["failed"]) == (n, 0), counts
     assert k["total_input_tokens"] == v["total_input_tokens"], counts
     assert k["total_output_tokens"] == v["total_output_tokens"] == n * OUTPUT_LEN, counts

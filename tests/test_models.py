@@ -130,14 +130,26 @@ def test_falcon_attention_and_mlp_follow_transformers():
     from core.catalog.models import arch_from_config
 
     falcon_7b = {
-        "model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
-        "num_kv_heads": 71, "multi_query": True, "new_decoder_architecture": False, "vocab_size": 65024,
+        "model_type": "falcon",
+        "hidden_size": 4544,
+        "num_attention_heads": 71,
+        "num_hidden_layers": 32,
+        "num_kv_heads": 71,
+        "multi_query": True,
+        "new_decoder_architecture": False,
+        "vocab_size": 65024,
     }
     a = arch_from_config(falcon_7b, "falcon-7b")
     assert a.num_kv_heads == 1 and not a.gated_mlp and a.tie_embeddings and a.intermediate_size == 4 * 4544
     assert rel(a.params_total, 6.92e9) < 0.01  # the checkpoint's 6.92B tensors (lm_head tied)
-    falcon_40b = {**falcon_7b, "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
-                  "num_kv_heads": 8, "new_decoder_architecture": True}
+    falcon_40b = {
+        **falcon_7b,
+        "hidden_size": 8192,
+        "num_attention_heads": 128,
+        "num_hidden_layers": 60,
+        "num_kv_heads": 8,
+        "new_decoder_architecture": True,
+    }
     assert arch_from_config(falcon_40b, "falcon-40b").num_kv_heads == 8
     # An explicit activation still wins.
     assert arch_from_config({**falcon_7b, "activation": "silu"}, "f").gated_mlp

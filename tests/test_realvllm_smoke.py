@@ -84,7 +84,7 @@ def test_streamed_completion_generates_exactly_the_tokens_asked_for(real_vllm):
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            event = json.loads(line[len("data: "):])
+            event = json.loads(line[len("data: ") :])
             if event.get("usage"):
                 usage = event["usage"]
             for choice in event["choices"]:
@@ -108,8 +108,12 @@ def test_metrics_parse_and_carry_the_scheduler_gauges(real_vllm):
 def test_vllm_bench_serve_completes_every_prompt_and_reports_what_it_sent(real_vllm):
     kw = dict(num_prompts=8, input_len=32, output_len=16, seed=7)
     result = run_vllm_bench(
-        real_vllm.url, real_vllm.model_dir, concurrency=4, api_key=real_vllm.api_key,
-        model_name=real_vllm.model_name, **kw,
+        real_vllm.url,
+        real_vllm.model_dir,
+        concurrency=4,
+        api_key=real_vllm.api_key,
+        model_name=real_vllm.model_name,
+        **kw,
     )
     assert result["completed"] == 8 and result["failed"] == 0
     assert result["max_concurrency"] == 4
@@ -130,8 +134,13 @@ def test_vllm_bench_serve_sends_given_prompts_verbatim(real_vllm, tiny_model_dir
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)  # the project venv's, as knee's client uses
     token_prompts = [list(range(10, 10 + n)) for n in (5, 17)]
     result = run_vllm_bench(
-        real_vllm.url, tiny_model_dir, concurrency=2, output_len=8,
-        prompts=prompts + token_prompts, api_key=real_vllm.api_key, model_name=real_vllm.model_name,
+        real_vllm.url,
+        tiny_model_dir,
+        concurrency=2,
+        output_len=8,
+        prompts=prompts + token_prompts,
+        api_key=real_vllm.api_key,
+        model_name=real_vllm.model_name,
     )
     assert result["completed"] == 8 and result["failed"] == 0 and result["total_output_tokens"] == 8 * 8
     sent = result["sent_requests"]

@@ -9,8 +9,7 @@ import pytest
 from core.catalog import instances
 from tui.cli import main
 
-WALKTHROUGH = ["--model", "Qwen/Qwen3-4B", "--input-len", "1024", "--output-len", "512",
-               "--constraints", "e2e_latency:p99<60s", "--target-rps", "5"]
+WALKTHROUGH = ["--model", "Qwen/Qwen3-4B", "--input-len", "1024", "--output-len", "512", "--constraints", "e2e_latency:p99<60s", "--target-rps", "5"]
 
 
 def run_json(capsys, *args) -> dict:
@@ -47,8 +46,25 @@ def test_throughput_goal_ranks_unpriced_instances_too(capsys):
 def test_the_g6_12xlarge_row_agrees_with_knee_estimate(capsys):
     d = run_json(capsys, *WALKTHROUGH, "--goal", "cost", "--instances", "ml.g6.12xlarge", "--all-layouts")
     capsys.readouterr()
-    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--input-len", "1024", "--output-len", "512",
-                 "--constraints", "e2e_latency:p99<60s", "--json"]) == 0
+    assert (
+        main(
+            [
+                "estimate",
+                "--model",
+                "Qwen/Qwen3-4B",
+                "--instance",
+                "ml.g6.12xlarge",
+                "--input-len",
+                "1024",
+                "--output-len",
+                "512",
+                "--constraints",
+                "e2e_latency:p99<60s",
+                "--json",
+            ]
+        )
+        == 0
+    )
     est = json.loads(capsys.readouterr().out)
     by_layout = {(r["layout"]["tp"], r["layout"]["copies"]): r for r in d["rows"]}
     assert len(by_layout) == len([c for c in est["configs"] if c["limits"]["slo_feasible"]])
@@ -70,17 +86,24 @@ def test_a_70b_model_in_bf16_excludes_every_single_gpu_instance_with_the_reason(
 def test_text_output_ranks_and_lists_exclusions(capsys):
     capsys.readouterr()
     # Llama-3.1-70B in bf16: the g6 sizes whose GPUs cannot hold it are listed as excluded.
-    assert main(["recommend", "--model", "meta-llama/Llama-3.1-70B", "--constraints", "e2e_latency:p99<60s",
-                 "--target-rps", "5", "--instances", "ml.g6*"]) == 0
+    assert (
+        main(
+            ["recommend", "--model", "meta-llama/Llama-3.1-70B", "--constraints", "e2e_latency:p99<60s", "--target-rps", "5", "--instances", "ml.g6*"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "ml.g6.12xlarge" in out and "Excluded" in out and "does not fit" in out and "low edge" in out
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--instances", "ml.nope*"], "no instance type matches"),
-    (["--target-rps", "-1"], "--target-rps must be positive"),
-    (["--region", "eu-west-1"], "no prices for region 'eu-west-1'"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--instances", "ml.nope*"], "no instance type matches"),
+        (["--target-rps", "-1"], "--target-rps must be positive"),
+        (["--region", "eu-west-1"], "no prices for region 'eu-west-1'"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(capsys, args, msg):
     capsys.readouterr()
     assert main(["recommend", "--model", "Qwen/Qwen3-4B", *args]) == 2
@@ -116,7 +139,9 @@ def test_p_family_prices_found_rank_and_the_unfound_stay_excluded(capsys):
         inst = table[name]
         assert inst.price_date == "2026-09-27" and "70282000957" in inst.price_source and "price_per_hour" in inst.uncertain
     # The GPUs and counts the ranking sizes with: 8x H200 (p5e, p5en), 8x B200, 1x H100.
-    assert {n: (table[n].gpu, table[n].num_gpus) for n in ("ml.p5e.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge",
-                                                          "ml.p5.4xlarge")} == {
-        "ml.p5e.48xlarge": ("H200", 8), "ml.p5en.48xlarge": ("H200", 8), "ml.p6-b200.48xlarge": ("B200", 8),
-        "ml.p5.4xlarge": ("H100-SXM", 1)}
+    assert {n: (table[n].gpu, table[n].num_gpus) for n in ("ml.p5e.48xlarge", "ml.p5en.48xlarge", "ml.p6-b200.48xlarge", "ml.p5.4xlarge")} == {
+        "ml.p5e.48xlarge": ("H200", 8),
+        "ml.p5en.48xlarge": ("H200", 8),
+        "ml.p6-b200.48xlarge": ("B200", 8),
+        "ml.p5.4xlarge": ("H100-SXM", 1),
+    }

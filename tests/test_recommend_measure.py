@@ -22,8 +22,21 @@ from test_deploy_moto import EXT, NOTHING, ROLE, _leftovers, aws, moto_url  # no
 
 pytestmark = pytest.mark.moto
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ["recommend", "--model", "Qwen/Qwen3-4B", "--input-len", "64", "--output-len", "8",
-        "--constraints", "e2e_latency:p99<60s", "--instances", "ml.g6*", "--goal", "cost"]
+BASE = [
+    "recommend",
+    "--model",
+    "Qwen/Qwen3-4B",
+    "--input-len",
+    "64",
+    "--output-len",
+    "8",
+    "--constraints",
+    "e2e_latency:p99<60s",
+    "--instances",
+    "ml.g6*",
+    "--goal",
+    "cost",
+]
 
 
 @pytest.fixture
@@ -35,8 +48,25 @@ def runtime(aws, monkeypatch):
 
 
 def _measure_args(tmp_path, *extra):
-    return [*BASE, "--measure", "3", "--role", ROLE, "--yes", "--poll-interval", "0.01", "--measure-max-concurrency", "4",
-            "--measure-prompts", "6", "--storage", str(tmp_path / "knee.db"), "--study", "m3", *extra]
+    return [
+        *BASE,
+        "--measure",
+        "3",
+        "--role",
+        ROLE,
+        "--yes",
+        "--poll-interval",
+        "0.01",
+        "--measure-max-concurrency",
+        "4",
+        "--measure-prompts",
+        "6",
+        "--storage",
+        str(tmp_path / "knee.db"),
+        "--study",
+        "m3",
+        *extra,
+    ]
 
 
 def _cli(argv, capsys):
@@ -79,8 +109,22 @@ def test_measure_three_creates_benchmarks_stores_and_deletes(aws, runtime, capsy
     assert rc == 0, err
     assert len(json.loads(res_out)["trials"]) == 3
     t0 = trials[0]
-    rc, plan_out, err = _cli(["deploy", "plan", "--trial", str(t0.trial_id), "--study", "m3", "--storage",
-                              str(tmp_path / "knee.db"), "--instance", t0.predicted["instance"], "--json"], capsys)
+    rc, plan_out, err = _cli(
+        [
+            "deploy",
+            "plan",
+            "--trial",
+            str(t0.trial_id),
+            "--study",
+            "m3",
+            "--storage",
+            str(tmp_path / "knee.db"),
+            "--instance",
+            t0.predicted["instance"],
+            "--json",
+        ],
+        capsys,
+    )
     assert rc == 0, err
     assert json.loads(plan_out)["source"]["config"]["tp"] == t0.server_args["tensor_parallel_size"]
 
@@ -158,8 +202,7 @@ def test_sigint_tears_everything_down(aws, monkeypatch, tmp_path, when):
     fake = RuntimeFake(moto_exists(EXT["ics"]), itl_s=0.3)
     try:
         env = {**os.environ, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": fake.url, "PYTHONUNBUFFERED": "1"}
-        cmd = [sys.executable, "-c", "import sys; from tui.cli import main; sys.exit(main(sys.argv[1:]))",
-               *_measure_args(tmp_path)]
+        cmd = [sys.executable, "-c", "import sys; from tui.cli import main; sys.exit(main(sys.argv[1:]))", *_measure_args(tmp_path)]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = []
         try:
@@ -186,12 +229,15 @@ def test_sigint_tears_everything_down(aws, monkeypatch, tmp_path, when):
     assert StudyStore(str(tmp_path / "knee.db"), create=False).study("m3")["status"] == "interrupted"
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--measure", "0", "--role", ROLE], "--measure must be at least 1"),
-    (["--measure", "3"], "needs an execution role"),
-    (["--measure", "3", "--role", ROLE, "--region", "us-nowhere-1"], "unknown region 'us-nowhere-1'"),
-    (["--measure", "3", "--role", "not-an-arn"], "bad --role"),
-])
+@pytest.mark.parametrize(
+    "argv, msg",
+    [
+        (["--measure", "0", "--role", ROLE], "--measure must be at least 1"),
+        (["--measure", "3"], "needs an execution role"),
+        (["--measure", "3", "--role", ROLE, "--region", "us-nowhere-1"], "unknown region 'us-nowhere-1'"),
+        (["--measure", "3", "--role", "not-an-arn"], "bad --role"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(aws, capsys, argv, msg):
     rc, out, err = _cli([*BASE, *argv, "--yes"], capsys)
     assert rc == 2 and msg in err and len(err.strip().splitlines()) <= 2, err

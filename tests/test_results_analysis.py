@@ -12,8 +12,13 @@ from core.spec.study import PointRow
 
 def pt(i, tput, p99_ms, conc=8, tp=1, status="ok"):
     return PointRow(
-        study="s", point_id=f"p{i}", trial_id=i, trial_key=str(tp), server_args={"tensor_parallel_size": tp},
-        client_args={"max_concurrency": conc}, status=status,
+        study="s",
+        point_id=f"p{i}",
+        trial_id=i,
+        trial_key=str(tp),
+        server_args={"tensor_parallel_size": tp},
+        client_args={"max_concurrency": conc},
+        status=status,
         summary={"output_throughput": tput, "p99_e2el_ms": p99_ms, "mean_ttft_ms": p99_ms / 10},
     )
 

@@ -13,8 +13,9 @@ from core.sweep import build_spec, create_study
 
 def _study(tmp_path):
     store = StudyStore(tmp_path / "knee.db")
-    spec = build_spec("Qwen/Qwen3-4B", engine="sim", instance="ml.g6.12xlarge", server_args="max_num_seqs=[4]",
-                      client_args="max_concurrency=[1];num_prompts=5")
+    spec = build_spec(
+        "Qwen/Qwen3-4B", engine="sim", instance="ml.g6.12xlarge", server_args="max_num_seqs=[4]", client_args="max_concurrency=[1];num_prompts=5"
+    )
     return store, create_study(store, spec, "f")
 
 

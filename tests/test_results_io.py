@@ -20,8 +20,14 @@ from tui.cli import main as knee
 def swept(tmp_path_factory):
     d = tmp_path_factory.mktemp("io")
     store = StudyStore(d / "knee.db")
-    spec = build_spec("Qwen/Qwen3-4B", engine="sim", server_args="tensor_parallel_size=[1,2];enable_prefix_caching=False",
-                      client_args="max_concurrency=[8,64];num_prompts=100", constraints="e2e_latency:p99<20s;ttft:p90<=2s", instance="ml.g6.12xlarge")
+    spec = build_spec(
+        "Qwen/Qwen3-4B",
+        engine="sim",
+        server_args="tensor_parallel_size=[1,2];enable_prefix_caching=False",
+        client_args="max_concurrency=[8,64];num_prompts=100",
+        constraints="e2e_latency:p99<20s;ttft:p90<=2s",
+        instance="ml.g6.12xlarge",
+    )
     name = create_study(store, spec, "io")
     Runner(store, name).run()
     return d, store, name
@@ -50,8 +56,22 @@ def test_llm_optimizer_formats_exactly(swept):
     rec = json.loads(export(store, name, "jsonl").splitlines()[0])
     assert rec["config"]["server_cmd_args"] == ["--no-enable-prefix-caching", "--tensor-parallel-size=1"]
     r = rec["results"]
-    for k in ("backend", "dataset_name", "request_rate", "max_concurrency", "duration", "completed", "total_input_tokens", "total_output_tokens",
-              "total_output_tokens_retokenized", "request_throughput", "input_throughput", "output_throughput", "concurrency", "accept_length"):
+    for k in (
+        "backend",
+        "dataset_name",
+        "request_rate",
+        "max_concurrency",
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "total_output_tokens_retokenized",
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "concurrency",
+        "accept_length",
+    ):
         assert k in r, k
     for stat in ("mean", "median", "std", "p95", "p99"):
         for m in ("e2e_latency", "ttft", "tpot", "itl"):
@@ -61,7 +81,12 @@ def test_llm_optimizer_formats_exactly(swept):
     assert rec["metadata"] == {"gpu_type": "L4", "gpu_count": 4, "model_tag": "Qwen/Qwen3-4B", "input_tokens": 1024, "output_tokens": 512}
     agg = json.loads(export(store, name, "llm-optimizer"))
     assert set(agg) == {"metadata", "best_configurations", "test_results"}
-    assert set(agg["best_configurations"]) == {"best_input_throughput", "best_output_throughput", "best_input_throughput_constrained", "best_output_throughput_constrained"}
+    assert set(agg["best_configurations"]) == {
+        "best_input_throughput",
+        "best_output_throughput",
+        "best_input_throughput_constrained",
+        "best_output_throughput_constrained",
+    }
     b = agg["best_configurations"]["best_output_throughput"]
     assert set(b) == {"throughput", "config", "cmd"} and b["throughput"] == max(p.summary["output_throughput"] for p in store.points(name))
     assert "NaN" not in json.dumps(agg) and "Infinity" not in json.dumps(agg)
@@ -69,9 +94,24 @@ def test_llm_optimizer_formats_exactly(swept):
 
 def test_import_plain_llm_optimizer_jsonl(tmp_path):
     rec = {
-        "config": {"client_args": {"max_concurrency": 64, "num_prompts": 1000}, "server_args": {"max_num_seqs": 128}, "server_cmd_args": ["--max-num-seqs=128"]},
-        "results": {"backend": "vllm", "max_concurrency": 64, "request_rate": None, "duration": 100.0, "completed": 1000, "output_throughput": 5000.0,
-                    "request_throughput": 10.0, "input_throughput": 10240.0, "p99_e2e_latency_ms": 9000.0, "mean_ttft_ms": 120.0, "p99_ttft_ms": 400.0},
+        "config": {
+            "client_args": {"max_concurrency": 64, "num_prompts": 1000},
+            "server_args": {"max_num_seqs": 128},
+            "server_cmd_args": ["--max-num-seqs=128"],
+        },
+        "results": {
+            "backend": "vllm",
+            "max_concurrency": 64,
+            "request_rate": None,
+            "duration": 100.0,
+            "completed": 1000,
+            "output_throughput": 5000.0,
+            "request_throughput": 10.0,
+            "input_throughput": 10240.0,
+            "p99_e2e_latency_ms": 9000.0,
+            "mean_ttft_ms": 120.0,
+            "p99_ttft_ms": 400.0,
+        },
         "cmd": "vllm serve m --max-num-seqs=128",
         "constraints": [{"op": "<", "value": 500.0, "name": "p99_ttft_ms"}],
         "metadata": {"gpu_type": "H100", "gpu_count": 1, "model_tag": "meta-llama/Llama-3.1-8B-Instruct", "input_tokens": 1024, "output_tokens": 512},
@@ -93,10 +133,29 @@ def test_import_plain_llm_optimizer_jsonl(tmp_path):
 
 
 def test_import_vllm_bench_serve_json(tmp_path):
-    data = {"date": "20261121-120000", "backend": "openai", "model_id": "Qwen/Qwen3-4B", "tokenizer_id": "Qwen/Qwen3-4B", "num_prompts": 200,
-            "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 16, "duration": 20.5, "completed": 200, "failed": 0,
-            "total_input_tokens": 204800, "total_output_tokens": 102400, "request_throughput": 9.75, "output_throughput": 4995.1,
-            "total_token_throughput": 14985.4, "mean_ttft_ms": 88.1, "median_ttft_ms": 80.2, "p99_ttft_ms": 210.0, "mean_tpot_ms": 3.1, "p99_e2el_ms": 1900.0}
+    data = {
+        "date": "20261121-120000",
+        "backend": "openai",
+        "model_id": "Qwen/Qwen3-4B",
+        "tokenizer_id": "Qwen/Qwen3-4B",
+        "num_prompts": 200,
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": 16,
+        "duration": 20.5,
+        "completed": 200,
+        "failed": 0,
+        "total_input_tokens": 204800,
+        "total_output_tokens": 102400,
+        "request_throughput": 9.75,
+        "output_throughput": 4995.1,
+        "total_token_throughput": 14985.4,
+        "mean_ttft_ms": 88.1,
+        "median_ttft_ms": 80.2,
+        "p99_ttft_ms": 210.0,
+        "mean_tpot_ms": 3.1,
+        "p99_e2el_ms": 1900.0,
+    }
     f = tmp_path / "bench.json"
     f.write_text(json.dumps(data))
     fmt, model, pts, _ = parse_import(f, "x")
@@ -131,7 +190,9 @@ def test_import_aiperf_profile_export(tmp_path):
     assert store.study(study)["model"] == "openai/gpt-oss-20b"
 
 
-@pytest.mark.parametrize("content, msg", [("", "empty"), ("{not json", "not JSON"), ('{"hello": 1}', "unknown result format"), ('{"a":1}\n{"b":2}\n', "not llm-optimizer")])
+@pytest.mark.parametrize(
+    "content, msg", [("", "empty"), ("{not json", "not JSON"), ('{"hello": 1}', "unknown result format"), ('{"a":1}\n{"b":2}\n', "not llm-optimizer")]
+)
 def test_bad_import_files(tmp_path, content, msg):
     f = tmp_path / "bad.json"
     f.write_text(content)

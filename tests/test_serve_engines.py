@@ -24,7 +24,15 @@ def test_vllm_python_module_executable_container_and_env():
     argv, env = build_argv(e, "vllm", "/models/tiny model", {}, "127.0.0.1", 9000, "k")
     assert argv[:5] == [".venv-vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/tiny model"]
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
-    argv, _ = build_argv(EngineSpec(kind="vllm", executable="/opt/vllm/bin/vllm", container="docker run --rm --gpus all --network host vllm/vllm-openai:v0.11"), "vllm", "m", {}, "127.0.0.1", 1, "k")
+    argv, _ = build_argv(
+        EngineSpec(kind="vllm", executable="/opt/vllm/bin/vllm", container="docker run --rm --gpus all --network host vllm/vllm-openai:v0.11"),
+        "vllm",
+        "m",
+        {},
+        "127.0.0.1",
+        1,
+        "k",
+    )
     assert argv[:6] == ["docker", "run", "--rm", "--gpus", "all", "--network"] and argv[8:10] == ["/opt/vllm/bin/vllm", "serve"]
 
 
@@ -32,7 +40,9 @@ def test_sglang_and_custom_templates():
     argv, _ = build_argv(EngineSpec(kind="sglang"), "sglang", "m", {"tp_size": 2}, "127.0.0.1", 30000, "KEY")
     assert argv[:5] == ["python3", "-m", "sglang.launch_server", "--model-path", "m"] and argv[-1] == "--tp-size=2"
     assert redact(" ".join(argv), "KEY").count("***") == 1
-    argv, env = build_argv(EngineSpec(kind="custom", command="my-server --model '{model}' --listen {host}:{port}"), None, "a b", {"x": 1}, "127.0.0.1", 5, "K")
+    argv, env = build_argv(
+        EngineSpec(kind="custom", command="my-server --model '{model}' --listen {host}:{port}"), None, "a b", {"x": 1}, "127.0.0.1", 5, "K"
+    )
     assert argv == ["my-server", "--model", "a b", "--listen", "127.0.0.1:5", "--x=1"] and env["KNEE_API_KEY"] == "K"
     with pytest.raises(BadInput, match="placeholders"):
         build_argv(EngineSpec(kind="custom", command="srv {nope}"), None, "m", {}, "127.0.0.1", 5, "K")

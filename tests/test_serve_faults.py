@@ -39,7 +39,9 @@ def wrapper(tmp_path):
     return w
 
 
-def custom_spec(cmd, server_args="variant=[1,2]", client_args="max_concurrency=[2];num_prompts=6;random_input_len=16;random_output_len=16;tokenizer=words", **eng):
+def custom_spec(
+    cmd, server_args="variant=[1,2]", client_args="max_concurrency=[2];num_prompts=6;random_input_len=16;random_output_len=16;tokenizer=words", **eng
+):
     engine = EngineSpec(kind="custom", command=cmd, **{"start_timeout_s": 20, "stop_timeout_s": 5, **eng})
     return build_spec("cadence", engine=engine, framework=None, server_args=server_args, client_args=client_args)
 
@@ -124,18 +126,44 @@ def test_port_in_use_is_bad_input_and_stores_nothing(tmp_path, wrapper, capsys):
         sock.bind(("127.0.0.1", 0))
         sock.listen(1)
         port = sock.getsockname()[1]
-        rc = knee(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", f"{PY} {wrapper} --port {{port}}", "--port", str(port), "--workspace", str(tmp_path)])
+        rc = knee(
+            [
+                "sweep",
+                "--model",
+                "cadence",
+                "--engine",
+                "custom",
+                "--server-cmd",
+                f"{PY} {wrapper} --port {{port}}",
+                "--port",
+                str(port),
+                "--workspace",
+                str(tmp_path),
+            ]
+        )
     assert rc == 2 and f"port {port}" in capsys.readouterr().err
     assert StudyStore(tmp_path / "knee.db").studies() == []
 
 
 def _start_cli_sweep(tmp_path, wrapper, study):
     argv = [
-        str(ROOT / ".venv" / "bin" / "knee") if (ROOT / ".venv" / "bin" / "knee").exists() else "knee", "sweep", "-q", "--model", "cadence", "--engine", "custom",
-        "--server-cmd", f"{PY} {wrapper} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01",
-        "--server-args", "variant=[1,2]",
-        "--client-args", "max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48;tokenizer=words",
-        "--workspace", str(tmp_path), "--study", study,
+        str(ROOT / ".venv" / "bin" / "knee") if (ROOT / ".venv" / "bin" / "knee").exists() else "knee",
+        "sweep",
+        "-q",
+        "--model",
+        "cadence",
+        "--engine",
+        "custom",
+        "--server-cmd",
+        f"{PY} {wrapper} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01",
+        "--server-args",
+        "variant=[1,2]",
+        "--client-args",
+        "max_concurrency=[2,4];num_prompts=16;random_input_len=16;random_output_len=48;tokenizer=words",
+        "--workspace",
+        str(tmp_path),
+        "--study",
+        study,
     ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -239,7 +267,7 @@ def test_parallel_trials_on_disjoint_gpus(tmp_path, wrapper):
 # A vLLM start-up failure as vLLM 0.11+ logs it: the engine core's traceback with the cause,
 # then the API server's traceback ending in a line that only points back at it, then
 # shutdown noise. The tail alone shows none of the cause.
-VLLM_INIT_FAILURE = r'''
+VLLM_INIT_FAILURE = r"""
 import sys
 cause = ("ValueError: Available memory on node 0 (3.10/15.50 GiB) on startup is less than desired CPU memory "
          "utilization (0.9, 13.95 GiB). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) "
@@ -267,15 +295,32 @@ print(q + "RuntimeError: Engine core initialization failed. See root cause above
 print("/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore objects to clean up at shutdown")
 print("  warnings.warn('resource_tracker: There appear to be %d '")
 sys.exit(1)
-'''
+"""
 
 
 def test_exit_at_start_reports_the_root_cause_not_vllms_closing_line(tmp_path, capsys):
     script = tmp_path / "fake_vllm.py"
     script.write_text(VLLM_INIT_FAILURE)
     cmd = f"{PY} {script} --port {{port}}"
-    rc = knee(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", cmd, "--server-args", "variant=[1]",
-               "--client-args", "max_concurrency=[2];num_prompts=6", "--workspace", str(tmp_path), "--study", "cause"])
+    rc = knee(
+        [
+            "sweep",
+            "--model",
+            "cadence",
+            "--engine",
+            "custom",
+            "--server-cmd",
+            cmd,
+            "--server-args",
+            "variant=[1]",
+            "--client-args",
+            "max_concurrency=[2];num_prompts=6",
+            "--workspace",
+            str(tmp_path),
+            "--study",
+            "cause",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 1
     failed = [ln for ln in err.splitlines() if "FAILED:" in ln]
@@ -287,19 +332,31 @@ def test_exit_at_start_reports_the_root_cause_not_vllms_closing_line(tmp_path, c
     assert wait_gone("cause") == []
 
 
-@pytest.mark.parametrize("log, cause", [
-    # the pointer line is skipped; the exception before it is the cause
-    ("Traceback\nKeyError: 'rope_type'\nRuntimeError: Worker failed with error 'x', please check the stack trace above for the root cause\n", "KeyError: 'rope_type'"),
-    # a plain Python crash: its last exception line
-    ("loading\nTraceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\nUserWarning: leaked semaphore\n", "torch.OutOfMemoryError: CUDA out of memory."),
-    # a pointer with nothing before it: the pointer is better than nothing
-    ("RuntimeError: Engine core initialization failed. See root cause above.\n", "RuntimeError: Engine core initialization failed. See root cause above."),
-    # no exception at all: the server's last line, not knee's own
-    ("knee: launching: x\nerror: model weights not found\n", "error: model weights not found"),
-    ("knee: launching: x\n", None),
-    # a server killed while serving: its access log is no cause
-    ("INFO: Uvicorn running\nINFO: 127.0.0.1 - \"POST /v1/completions HTTP/1.1\" 200 OK\n", None),
-])
+@pytest.mark.parametrize(
+    "log, cause",
+    [
+        # the pointer line is skipped; the exception before it is the cause
+        (
+            "Traceback\nKeyError: 'rope_type'\nRuntimeError: Worker failed with error 'x', please check the stack trace above for the root cause\n",
+            "KeyError: 'rope_type'",
+        ),
+        # a plain Python crash: its last exception line
+        (
+            "loading\nTraceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\nUserWarning: leaked semaphore\n",
+            "torch.OutOfMemoryError: CUDA out of memory.",
+        ),
+        # a pointer with nothing before it: the pointer is better than nothing
+        (
+            "RuntimeError: Engine core initialization failed. See root cause above.\n",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ),
+        # no exception at all: the server's last line, not knee's own
+        ("knee: launching: x\nerror: model weights not found\n", "error: model weights not found"),
+        ("knee: launching: x\n", None),
+        # a server killed while serving: its access log is no cause
+        ('INFO: Uvicorn running\nINFO: 127.0.0.1 - "POST /v1/completions HTTP/1.1" 200 OK\n', None),
+    ],
+)
 def test_root_cause_picks_the_line_that_says_why(log, cause):
     assert proc_mod.root_cause(log) == cause
 
@@ -329,8 +386,13 @@ def test_crash_during_a_load_point_reports_the_root_cause(tmp_path, wrapper):
             sent["done"] = True
             os.kill(sent["pid"], signal.SIGUSR1)
 
-    spec = custom_spec(cmd, server_args="variant=[1]", client_args="max_concurrency=[2];num_prompts=16;random_input_len=16;random_output_len=48;tokenizer=words")
+    spec = custom_spec(
+        cmd, server_args="variant=[1]", client_args="max_concurrency=[2];num_prompts=16;random_input_len=16;random_output_len=48;tokenizer=words"
+    )
     store, s, events = run(tmp_path, spec, "midcrash", on_event)
     p = [p for p in store.points("midcrash") if p.status == "failed"][0]
-    assert p.reason.splitlines()[0] == "crashed: server exited with code 1 during the load point: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    assert (
+        p.reason.splitlines()[0]
+        == "crashed: server exited with code 1 during the load point: torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+    )
     assert wait_gone("midcrash") == []

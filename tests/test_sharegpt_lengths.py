@@ -52,8 +52,14 @@ def test_sim_sweep_on_sharegpt_runs_without_a_file_and_requests_vary(tmp_path):
     from core.sweep.runner import Runner
 
     store = StudyStore(tmp_path / "knee.db")
-    spec = build_spec("Qwen/Qwen3-4B", engine="sim", server_args="tensor_parallel_size=1",
-                      client_args="dataset_name=sharegpt;max_concurrency=8;num_prompts=100", gpu="H100-SXM", num_gpus=1)
+    spec = build_spec(
+        "Qwen/Qwen3-4B",
+        engine="sim",
+        server_args="tensor_parallel_size=1",
+        client_args="dataset_name=sharegpt;max_concurrency=8;num_prompts=100",
+        gpu="H100-SXM",
+        num_gpus=1,
+    )
     name = create_study(store, spec, "share")
     Runner(store, name).run()
     (point,) = store.points(name)

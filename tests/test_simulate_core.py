@@ -1,6 +1,5 @@
 """The simulator's behaviour: the walkthrough trade-offs, load modes, memory, replicas."""
 
-
 import pytest
 
 from core.catalog import load_model, resolve_hardware
@@ -151,8 +150,9 @@ def test_data_parallel_replicas_share_the_load(arch, g6):
 
 
 def test_round_robin_and_least_loaded_differ_on_uneven_requests(arch, g6):
-    wl = Workload(input=LengthDist(kind="uniform", mean=1000, range_ratio=0.9),
-                  output=LengthDist(kind="uniform", mean=400, range_ratio=0.9), num_prompts=300)
+    wl = Workload(
+        input=LengthDist(kind="uniform", mean=1000, range_ratio=0.9), output=LengthDist(kind="uniform", mean=400, range_ratio=0.9), num_prompts=300
+    )
     cfg = ServerConfig(model=MODEL, tp=1, dp=4)
     ll = simulate(arch, g6, cfg, wl, LoadPoint(request_rate=6.0), router="least-loaded").summary
     rr = simulate(arch, g6, cfg, wl, LoadPoint(request_rate=6.0), router="round-robin").summary
@@ -232,8 +232,7 @@ def test_old_vllm_runs_the_prefill_first_v0_scheduler(arch, g6):
     load = LoadPoint(request_rate=4.0)
     cfg = ServerConfig(model=MODEL, tp=2)
     v0 = simulate(arch, g6, cfg, wl, load, engine_version="0.6.0").summary
-    ms = simulate(arch, g6, cfg.model_copy(update={"extra_args": {"num_scheduler_steps": 8}}), wl, load,
-                  engine_version="0.6.0").summary
+    ms = simulate(arch, g6, cfg.model_copy(update={"extra_args": {"num_scheduler_steps": 8}}), wl, load, engine_version="0.6.0").summary
     # Multi-step scheduling makes an arrival wait for the decode group to end.
     assert ms["mean_ttft_ms"] > v0["mean_ttft_ms"] + 20
     assert v0["completed"] == ms["completed"] == 150

@@ -31,8 +31,13 @@ KV_GIB = 1  # VLLM_CPU_KVCACHE_SPACE the real-vLLM fixture sets
 
 def sim_point(arch, hw, config, profile, c, kv_tokens):
     return simulate(
-        arch, hw, config, Workload.fixed(ISL, OSL, num_prompts=max(48, 8 * c)), LoadPoint(concurrency=c),
-        cost=profile, kv_tokens=kv_tokens,
+        arch,
+        hw,
+        config,
+        Workload.fixed(ISL, OSL, num_prompts=max(48, 8 * c)),
+        LoadPoint(concurrency=c),
+        cost=profile,
+        kv_tokens=kv_tokens,
     ).summary
 
 
@@ -75,8 +80,15 @@ def test_fit_recovers_a_known_profile_through_the_scheduler(qwen):
 def test_kv_tokens_override_sets_the_cache(qwen):
     hw = cpu_hardware()
     p = StepProfile("x", 1e-3, 1e-4, 0.0)
-    r = simulate(qwen, hw, ServerConfig(model="q", max_model_len=512), Workload.fixed(200, 200, num_prompts=40),
-                 LoadPoint(concurrency=40), cost=p, kv_tokens=4000)
+    r = simulate(
+        qwen,
+        hw,
+        ServerConfig(model="q", max_model_len=512),
+        Workload.fixed(200, 200, num_prompts=40),
+        LoadPoint(concurrency=40),
+        cost=p,
+        kv_tokens=4000,
+    )
     assert r.kv_capacity_tokens == 4000 and r.preemptions > 0 and r.summary["completed"] == 40
 
 
@@ -112,8 +124,9 @@ def measure_and_fit(server, model_dir, tok, rounds: int):
             res = run_load_sync(target, prompts, LoadPoint(concurrency=c, num_prompts=n), warmup=min(c, 4))
             assert res.summary["failed"] == 0 and res.summary["total_output_tokens"] == n * OSL
             runs[c].append(res.summary)
-    measured = {c: {m: statistics.median(x[m] for x in runs[c]) for m in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")}
-                for c in CONCURRENCIES}
+    measured = {
+        c: {m: statistics.median(x[m] for x in runs[c]) for m in ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")} for c in CONCURRENCIES
+    }
     arch = load_model(str(model_dir))
     hw = cpu_hardware()
     config = ServerConfig(model=server.model_name, max_model_len=2048)
@@ -121,8 +134,7 @@ def measure_and_fit(server, model_dir, tok, rounds: int):
     points = [MeasuredPoint(c, ISL, OSL, measured[c]["mean_ttft_ms"] / 1e3, measured[c]["mean_tpot_ms"] / 1e3) for c in FIT]
     profile = fit_step_profile(points, arch, hw, config, kv_tokens=kv_tokens, name="cpu-2core")
     sims = {c: sim_point(arch, hw, config, profile, c, kv_tokens) for c in CONCURRENCIES}
-    apes = {c: abs(sims[c]["output_throughput"] - measured[c]["output_throughput"]) / measured[c]["output_throughput"]
-            for c in CONCURRENCIES}
+    apes = {c: abs(sims[c]["output_throughput"] - measured[c]["output_throughput"]) / measured[c]["output_throughput"] for c in CONCURRENCIES}
     lines = [f"CPU profile (simulated figures below): {profile.as_dict()}"]
     for c in CONCURRENCIES:
         m, s = measured[c], sims[c]
@@ -131,5 +143,7 @@ def measure_and_fit(server, model_dir, tok, rounds: int):
             f"({apes[c]:.0%})  TTFT {m['mean_ttft_ms']:.0f}/{s['mean_ttft_ms']:.0f} ms  "
             f"TPOT {m['mean_tpot_ms']:.2f}/{s['mean_tpot_ms']:.2f} ms"
         )
-    lines.append(f"median APE over concurrencies: {statistics.median(apes.values()):.0%}, worst {max(apes.values()):.0%} (issue 5's goal: each <= 25%)")
+    lines.append(
+        f"median APE over concurrencies: {statistics.median(apes.values()):.0%}, worst {max(apes.values()):.0%} (issue 5's goal: each <= 25%)"
+    )
     return measured, profile, sims, lines

@@ -66,9 +66,7 @@ def cases(draw):
 def test_every_request_accounted_tokens_add_up_and_kv_within_capacity(case):
     cfg, wl, load, router, timeout, version, seed = case
     try:
-        res, reps, reqs = simulate_detailed(
-            ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout, engine_version=version
-        )
+        res, reps, reqs = simulate_detailed(ARCH, HW, cfg, wl, load, seed, router=router, request_timeout_s=timeout, engine_version=version)
     except InfeasibleConfig:
         assume(False)
         return
@@ -138,7 +136,5 @@ def test_deterministic_for_a_seed(case):
         assume(False)
         return
     b = simulate_detailed(ARCH, HW, cfg, wl, load, seed, **kw)[0]
-    assert [(r.send_time, r.end_time, r.output_tokens) for r in a.records] == [
-        (r.send_time, r.end_time, r.output_tokens) for r in b.records
-    ]
+    assert [(r.send_time, r.end_time, r.output_tokens) for r in a.records] == [(r.send_time, r.end_time, r.output_tokens) for r in b.records]
     assert a.preemptions == b.preemptions and a.steps == b.steps

@@ -60,8 +60,7 @@ async def read_sse(resp):
 
 async def test_streamed_completion_with_usage_is_labelled_simulated(server):
     sim, url, session = server
-    body = {"model": MODEL, "prompt": "x" * 2000, "max_tokens": 40, "stream": True,
-            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    body = {"model": MODEL, "prompt": "x" * 2000, "max_tokens": 40, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
     async with session.post(f"{url}/v1/completions", json=body) as resp:
         assert resp.status == 200 and resp.headers["x-knee-simulated"] == "true"
         assert resp.headers["Content-Type"].startswith("text/event-stream")
@@ -91,8 +90,7 @@ async def test_non_streamed_completion_and_chat(server):
     async with session.post(f"{url}/v1/completions", json={"prompt": [1, 2, 3, 4], "max_tokens": 7}) as resp:
         out = await resp.json()
     assert out["usage"] == {"prompt_tokens": 4, "completion_tokens": 7, "total_tokens": 11} and out["simulated"]
-    async with session.post(f"{url}/v1/chat/completions",
-                            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}) as resp:
+    async with session.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}) as resp:
         out = await resp.json()
     assert out["choices"][0]["message"]["role"] == "assistant" and out["usage"]["completion_tokens"] == 3
 
@@ -159,7 +157,10 @@ def test_prompt_token_counting():
 
 def test_unknown_vllm_flags_become_extra_args():
     assert _extra_args(["--num-scheduler-steps=8", "--enforce-eager", "--swap-space", "4"]) == {
-        "num_scheduler_steps": "8", "enforce_eager": "true", "swap_space": "4"}
+        "num_scheduler_steps": "8",
+        "enforce_eager": "true",
+        "swap_space": "4",
+    }
 
 
 def test_binds_to_loopback_only(capsys):
@@ -175,9 +176,23 @@ def test_out_of_memory_config_exits_with_the_reason(capsys):
 def test_runs_as_a_module_and_answers():
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "core.simulate.server", "--model", MODEL, "--instance", "ml.g6.12xlarge",
-         "--tp", "2", "--port", str(port), "--scale", "50"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "core.simulate.server",
+            "--model",
+            MODEL,
+            "--instance",
+            "ml.g6.12xlarge",
+            "--tp",
+            "2",
+            "--port",
+            str(port),
+            "--scale",
+            "50",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         import urllib.request

@@ -35,7 +35,7 @@ def test_plan_round_trip_and_validation(tmp_path):
     path = tmp_path / "plan.toml"
     plan.save(path)
     assert Plan.load(path) == plan
-    path.write_text('[plan]\ninput_len = -5\n')
+    path.write_text("[plan]\ninput_len = -5\n")
     with pytest.raises(BadInput, match="input_len"):
         Plan.load(path)
 

@@ -45,7 +45,10 @@ def one_error_line(err: str) -> str:
         (["--server-args", "max_num_seqs=0"], "knee: error: server arg max_num_seqs must be at least 1, got 0"),
         (["--client-args", "max_concurrency=[4];num_prompts=0"], "knee: error: client arg num_prompts must be at least 1, got 0"),
         (["--client-args", "request_rate=[-1]"], "knee: error: client arg request_rate must be positive, got -1.0"),
-        (["--client-args", "max_concurrency=4;arrival=burst"], "knee: error: client arg arrival must be one of 'constant', 'poisson' or 'gamma', got 'burst'"),
+        (
+            ["--client-args", "max_concurrency=4;arrival=burst"],
+            "knee: error: client arg arrival must be one of 'constant', 'poisson' or 'gamma', got 'burst'",
+        ),
         (["--client-args", "max_concurrency=4;warmup_requests=-1"], "knee: error: client arg warmup_requests must be at least 0, got -1"),
         (["--client-args", "max_concurrency=[-8]"], "knee: error: client arg max_concurrency must be at least 1 (or 0 for no limit), got -8"),
         (["--start-timeout", "-1"], "knee: error: engine setting --start-timeout (start_timeout_s) must be positive, got -1.0"),
@@ -75,8 +78,13 @@ def test_max_concurrency_zero_still_means_no_limit(tmp_path, capsys):
 def test_the_installed_knee_prints_one_line_for_tp_zero(tmp_path):
     if not KNEE.exists():
         pytest.skip("no .venv/bin/knee")
-    r = subprocess.run([str(KNEE), *BASE, "--workspace", str(tmp_path), "--server-args", "tensor_parallel_size=[0]"],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run(
+        [str(KNEE), *BASE, "--workspace", str(tmp_path), "--server-args", "tensor_parallel_size=[0]"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert r.returncode == 2
     assert r.stderr.strip() == "knee: error: server arg tensor_parallel_size must be at least 1, got 0"
 
@@ -100,18 +108,25 @@ def _register_with(func, register):
     def reg(sub):
         register(sub)
         sub.choices["results"].set_defaults(func=func)
+
     return reg
 
 
 @pytest.mark.parametrize(
     "args, line",
     [
-        (["--server-args", "tensor_parallel_size=[64]"],
-         "knee: error: server arg tensor_parallel_size=64 needs 64 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)"),
-        (["--server-args", "tensor_parallel_size=[1,2,8]", "--dry-run"],
-         "knee: error: server arg tensor_parallel_size=8 needs 8 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)"),
-        (["--server-args", "tensor_parallel_size*data_parallel_size=[(2,2),(4,2)]"],
-         "knee: error: server arg tensor_parallel_size=4 data_parallel_size=2 needs 8 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)"),
+        (
+            ["--server-args", "tensor_parallel_size=[64]"],
+            "knee: error: server arg tensor_parallel_size=64 needs 64 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)",
+        ),
+        (
+            ["--server-args", "tensor_parallel_size=[1,2,8]", "--dry-run"],
+            "knee: error: server arg tensor_parallel_size=8 needs 8 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)",
+        ),
+        (
+            ["--server-args", "tensor_parallel_size*data_parallel_size=[(2,2),(4,2)]"],
+            "knee: error: server arg tensor_parallel_size=4 data_parallel_size=2 needs 8 GPUs but ml.g6.12xlarge (4x L4) has 4 (TP x DP x PP must be at most 4)",
+        ),
     ],
 )
 def test_more_gpus_than_the_hardware_has_is_refused_when_planned(tmp_path, capsys, args, line):
@@ -121,10 +136,28 @@ def test_more_gpus_than_the_hardware_has_is_refused_when_planned(tmp_path, capsy
 
 
 def test_more_gpus_than_gpus_lists_is_refused_for_a_launched_engine(tmp_path, capsys):
-    rc = main(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", "srv --port {port}", "--gpus", "0,1",
-               "--server-args", "tensor_parallel_size=[1,4]", "--workspace", str(tmp_path)])
+    rc = main(
+        [
+            "sweep",
+            "--model",
+            "cadence",
+            "--engine",
+            "custom",
+            "--server-cmd",
+            "srv --port {port}",
+            "--gpus",
+            "0,1",
+            "--server-args",
+            "tensor_parallel_size=[1,4]",
+            "--workspace",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
-    assert rc == 2 and one_error_line(err) == "knee: error: server arg tensor_parallel_size=4 needs 4 GPUs but --gpus 0,1 has 2 (TP x DP x PP must be at most 2)"
+    assert (
+        rc == 2
+        and one_error_line(err) == "knee: error: server arg tensor_parallel_size=4 needs 4 GPUs but --gpus 0,1 has 2 (TP x DP x PP must be at most 2)"
+    )
 
 
 def test_configurations_that_fit_still_plan(tmp_path, capsys):
@@ -133,8 +166,16 @@ def test_configurations_that_fit_still_plan(tmp_path, capsys):
 
 
 def test_a_server_arg_the_simulator_cannot_honour_is_named_in_a_warning(tmp_path, capsys):
-    rc, _, err = sweep(tmp_path, capsys, "--server-args", "foo_bar=[1,2];enforce_eager=True;trust_remote_code=True;max_num_seqs=[64]",
-                       "--client-args", "max_concurrency=[4];num_prompts=20", "--study", "w")
+    rc, _, err = sweep(
+        tmp_path,
+        capsys,
+        "--server-args",
+        "foo_bar=[1,2];enforce_eager=True;trust_remote_code=True;max_num_seqs=[64]",
+        "--client-args",
+        "max_concurrency=[4];num_prompts=20",
+        "--study",
+        "w",
+    )
     assert rc == 0
     warnings = [ln for ln in err.splitlines() if ln.startswith("knee: warning:")]
     assert warnings == [
@@ -146,14 +187,35 @@ def test_a_server_arg_the_simulator_cannot_honour_is_named_in_a_warning(tmp_path
 
 
 def test_args_the_simulator_models_give_no_warning(tmp_path, capsys):
-    rc, _, err = sweep(tmp_path, capsys, "--server-args", "tensor_parallel_size=[1,2];max_num_seqs=[64];enable_chunked_prefill=True;disable_log_stats=True",
-                       "--client-args", "max_concurrency=[4];num_prompts=20", "--dry-run")
+    rc, _, err = sweep(
+        tmp_path,
+        capsys,
+        "--server-args",
+        "tensor_parallel_size=[1,2];max_num_seqs=[64];enable_chunked_prefill=True;disable_log_stats=True",
+        "--client-args",
+        "max_concurrency=[4];num_prompts=20",
+        "--dry-run",
+    )
     assert rc == 0 and "warning" not in err
 
 
 def test_a_real_engine_gets_no_simulator_warning(tmp_path, capsys):
-    rc = main(["sweep", "--model", "cadence", "--engine", "custom", "--server-cmd", "srv --port {port}",
-               "--server-args", "foo_bar=[1]", "--dry-run", "--workspace", str(tmp_path)])
+    rc = main(
+        [
+            "sweep",
+            "--model",
+            "cadence",
+            "--engine",
+            "custom",
+            "--server-cmd",
+            "srv --port {port}",
+            "--server-args",
+            "foo_bar=[1]",
+            "--dry-run",
+            "--workspace",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0 and "warning" not in capsys.readouterr().err
 
 

@@ -28,13 +28,17 @@ CADENCE = ROOT / "tests" / "support" / "cadence_server.py"
 
 
 def sim_spec(loads="[4,8,16]", prompts=1000, tps="[1,2,4]"):
-    return build_spec("Qwen/Qwen3-4B", engine="sim", server_args=f"tensor_parallel_size={tps}",
-                      client_args=f"max_concurrency={loads};num_prompts={prompts}", instance="ml.g6.12xlarge")
+    return build_spec(
+        "Qwen/Qwen3-4B",
+        engine="sim",
+        server_args=f"tensor_parallel_size={tps}",
+        client_args=f"max_concurrency={loads};num_prompts={prompts}",
+        instance="ml.g6.12xlarge",
+    )
 
 
 def kinds(store, study):
     return [e.kind for e in store.events(study)]
-
 
 
 @pytest.fixture(autouse=True)
@@ -61,6 +65,7 @@ def _no_runner_outlives_its_test(monkeypatch):
 
 
 # ---- the store's control API ----------------------------------------------------------------
+
 
 def test_control_requests_live_in_the_store_and_reach_other_connections(tmp_path):
     a = StudyStore(tmp_path / "knee.db")
@@ -94,6 +99,7 @@ def test_a_store_made_before_the_control_table_gains_it(tmp_path):
 
 
 # ---- a runner process on the sim engine --------------------------------------------------------
+
 
 def test_a_runner_asked_to_pause_before_it_starts_waits_then_continues_to_the_end(tmp_path):
     db = tmp_path / "knee.db"
@@ -145,6 +151,7 @@ def test_a_runner_paused_mid_sweep_stores_nothing_new_then_stops_and_resumes(tmp
 
 # ---- a paused runner holding a real server ---------------------------------------------------
 
+
 @pytest.fixture
 def wrapper(tmp_path):
     """The cadence server, accepting (and ignoring) --variant=N so each variant is a trial."""
@@ -160,8 +167,13 @@ def wrapper(tmp_path):
 def cadence_spec(wrapper, prompts=8):
     cmd = f"{PY} {wrapper} --port {{port}} --model {{model}} --ttft 0.01 --itl 0.01"
     engine = EngineSpec(kind="custom", command=cmd, start_timeout_s=20, stop_timeout_s=5)
-    return build_spec("cadence", engine=engine, framework=None, server_args="variant=[1,2]",
-                      client_args=f"max_concurrency=[2,4];num_prompts={prompts};random_input_len=16;random_output_len=32;tokenizer=words")
+    return build_spec(
+        "cadence",
+        engine=engine,
+        framework=None,
+        server_args="variant=[1,2]",
+        client_args=f"max_concurrency=[2,4];num_prompts={prompts};random_input_len=16;random_output_len=32;tokenizer=words",
+    )
 
 
 @pytest.mark.parametrize("how", ["stop request", "SIGTERM"])
@@ -218,11 +230,31 @@ def test_a_stop_request_interrupts_the_point_in_flight(tmp_path, wrapper):
 
 # ---- knee sweep --pause / --continue / --stop --------------------------------------------------
 
+
 def test_cli_pause_continue_and_stop_a_detached_sweep(tmp_path, capsys):
     ws = str(tmp_path)
-    assert knee(["sweep", "--detach", "--json", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--workspace", ws,
-                 "--server-args", "tensor_parallel_size=[1,2,4];max_num_seqs=[64,128,256]",
-                 "--client-args", "max_concurrency=[8,16,32,64];num_prompts=2000", "--study", "cli"]) == 0
+    assert (
+        knee(
+            [
+                "sweep",
+                "--detach",
+                "--json",
+                "--model",
+                "Qwen/Qwen3-4B",
+                "--engine",
+                "sim",
+                "--workspace",
+                ws,
+                "--server-args",
+                "tensor_parallel_size=[1,2,4];max_num_seqs=[64,128,256]",
+                "--client-args",
+                "max_concurrency=[8,16,32,64];num_prompts=2000",
+                "--study",
+                "cli",
+            ]
+        )
+        == 0
+    )
     pid = json.loads(capsys.readouterr().out)["pid"]
     store = StudyStore(tmp_path / "knee.db")
     wait_for(lambda: store.points("cli"), what="the first point")
@@ -266,8 +298,25 @@ def test_cli_pause_continue_and_stop_a_detached_sweep(tmp_path, capsys):
 )
 def test_cli_control_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, message):
     ws = str(tmp_path)
-    assert knee(["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--client-args", "max_concurrency=4;num_prompts=20",
-                 "--workspace", ws, "--study", "done1"]) == 0
+    assert (
+        knee(
+            [
+                "sweep",
+                "-q",
+                "--model",
+                "Qwen/Qwen3-4B",
+                "--engine",
+                "sim",
+                "--client-args",
+                "max_concurrency=4;num_prompts=20",
+                "--workspace",
+                ws,
+                "--study",
+                "done1",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert knee(["sweep", *argv, "--workspace", ws]) == 2
     err = capsys.readouterr().err

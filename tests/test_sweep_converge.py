@@ -43,8 +43,16 @@ def test_short_points_always_run_to_the_end():
 
 def test_early_stop_on_a_real_server(tmp_path):
     cadence = Path(__file__).resolve().parent / "support" / "cadence_server.py"
-    engine = EngineSpec(kind="custom", command=f"{sys.executable} {cadence} --port {{port}} --model {{model}} --ttft 0.005 --itl 0.001", start_timeout_s=20)
-    spec = build_spec("cadence", engine=engine, framework=None, client_args="max_concurrency=[4];num_prompts=2000;random_input_len=8;random_output_len=16", early_stop=True)
+    engine = EngineSpec(
+        kind="custom", command=f"{sys.executable} {cadence} --port {{port}} --model {{model}} --ttft 0.005 --itl 0.001", start_timeout_s=20
+    )
+    spec = build_spec(
+        "cadence",
+        engine=engine,
+        framework=None,
+        client_args="max_concurrency=[4];num_prompts=2000;random_input_len=8;random_output_len=16",
+        early_stop=True,
+    )
     store = StudyStore(tmp_path / "knee.db")
     name = create_study(store, spec, "es")
     Runner(store, name, workspace=tmp_path).run()

@@ -17,8 +17,13 @@ from core.sweep.workers import JoinedRunner, join_study
 
 
 def sim_spec(**kw):
-    args = dict(engine="sim", server_args="tensor_parallel_size=[1,4]", client_args="max_concurrency=[8,32];num_prompts=100",
-                constraints="e2e_latency:p99<60s", instance="ml.g6.12xlarge")
+    args = dict(
+        engine="sim",
+        server_args="tensor_parallel_size=[1,4]",
+        client_args="max_concurrency=[8,32];num_prompts=100",
+        constraints="e2e_latency:p99<60s",
+        instance="ml.g6.12xlarge",
+    )
     args.update(kw)
     return build_spec("Qwen/Qwen3-4B", **args)
 
@@ -43,8 +48,18 @@ def test_every_kind_a_grid_sweep_with_a_pause_and_a_failed_trial_emits_parses_in
     seen: list[tuple[str, dict]] = []
     Runner(store, name, install_signals=False, on_event=lambda k, d: seen.append((k, d))).run()
     kinds = assert_all_typed(store, name)
-    assert kinds >= {"study_started", "paused", "continued", "trial_started", "server_ready", "progress",
-                     "point_done", "trial_done", "trial_failed", "study_done"}
+    assert kinds >= {
+        "study_started",
+        "paused",
+        "continued",
+        "trial_started",
+        "server_ready",
+        "progress",
+        "point_done",
+        "trial_done",
+        "trial_failed",
+        "study_done",
+    }
     # Stored as emitted: the JSON a viewer reads back is the data the runner passed.
     assert [(e.kind, e.data) for e in store.events(name)] == [(k, json.loads(json.dumps(d))) for k, d in seen]
     started = store.events(name, kinds=["study_started"])[0].event
@@ -92,10 +107,13 @@ def test_an_unknown_kind_and_a_stored_event_of_the_wrong_shape_read_as_generic(t
     assert isinstance(parse_event("progress", {"completed": 3, "total": 10}), Progress)
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"trial_id": "x"}, "trial_id"),  # a wrong type
-    ({"trail_id": 1}, "trail_id"),  # a misspelt field
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"trial_id": "x"}, "trial_id"),  # a wrong type
+        ({"trail_id": 1}, "trail_id"),  # a misspelt field
+    ],
+)
 def test_the_runner_refuses_to_emit_an_event_that_does_not_fit_its_model(tmp_path, bad, match):
     store = StudyStore(tmp_path / "knee.db")
     name = create_study(store, sim_spec(), "bad")

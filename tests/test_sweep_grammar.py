@@ -11,7 +11,9 @@ def values(text, side="server"):
 
 
 def test_lists_ranges_scalars_and_composites():
-    v = values("max_num_seqs=[64,128,256];max_num_batched_tokens=range(8192,32769,8192);tp_size*dp_size:(int,int)=[(1,4),(2,2),(4,1)];model_path=Qwen/Qwen3-8B")
+    v = values(
+        "max_num_seqs=[64,128,256];max_num_batched_tokens=range(8192,32769,8192);tp_size*dp_size:(int,int)=[(1,4),(2,2),(4,1)];model_path=Qwen/Qwen3-8B"
+    )
     assert v["max_num_seqs"] == [(64,), (128,), (256,)]
     assert v["max_num_batched_tokens"] == [(8192,), (16384,), (24576,), (32768,)]
     assert v["tp_size*dp_size"] == [(1, 4), (2, 2), (4, 1)]
@@ -75,7 +77,10 @@ def test_malformed_grammar_is_bad_input(bad, msg):
 
 
 def test_config_id_matches_llm_optimizer_and_canonical_ids_are_stable():
-    assert config_id({"num_prompts": 1000, "max_concurrency": 64}, {"max_num_seqs": 128}) == "client_max_concurrency-64-num_prompts-1000_server_max_num_seqs-128"
+    assert (
+        config_id({"num_prompts": 1000, "max_concurrency": 64}, {"max_num_seqs": 128})
+        == "client_max_concurrency-64-num_prompts-1000_server_max_num_seqs-128"
+    )
     assert config_id({}, {}) == "default"
     assert canonical({"b": 1, "a": (1, 2)}) == canonical({"a": [1, 2], "b": 1})
     assert canonical({"r": float("inf")}) == '{"r":null}'

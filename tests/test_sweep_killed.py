@@ -26,14 +26,34 @@ from tui.cli import main as knee
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
 @pytest.fixture
 def killed(tmp_path, capsys):
     """A detached sim sweep, SIGKILLed after its first stored point: (workspace, study, pid)."""
     ws = str(tmp_path)
-    assert knee(["sweep", "--detach", "--json", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--workspace", ws,
-                 "--instance", "ml.g6.12xlarge", "--server-args", "tensor_parallel_size=[1,2,4]",
-                 "--client-args", "max_concurrency=[4,8,16,32];num_prompts=2000", "--study", "k"]) == 0
+    assert (
+        knee(
+            [
+                "sweep",
+                "--detach",
+                "--json",
+                "--model",
+                "Qwen/Qwen3-4B",
+                "--engine",
+                "sim",
+                "--workspace",
+                ws,
+                "--instance",
+                "ml.g6.12xlarge",
+                "--server-args",
+                "tensor_parallel_size=[1,2,4]",
+                "--client-args",
+                "max_concurrency=[4,8,16,32];num_prompts=2000",
+                "--study",
+                "k",
+            ]
+        )
+        == 0
+    )
     pid = json.loads(capsys.readouterr().out)["pid"]
     store = StudyStore(tmp_path / "knee.db")
     try:
@@ -155,10 +175,15 @@ def test_the_heartbeat_stays_fresh_while_a_server_starts(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner_mod, "BEAT_S", 0.05)
     # A server that never becomes ready: the launch waits its whole start timeout.
-    cmd = f"{sys.executable} -c \"import time; time.sleep(60)\" --port {{port}} --model {{model}}"
+    cmd = f'{sys.executable} -c "import time; time.sleep(60)" --port {{port}} --model {{model}}'
     engine = EngineSpec(kind="custom", command=cmd, start_timeout_s=4, stop_timeout_s=2)
-    spec = build_spec("slow", engine=engine, framework=None, server_args="variant=[1]",
-                      client_args="max_concurrency=[1];num_prompts=2;random_input_len=8;random_output_len=8;tokenizer=words")
+    spec = build_spec(
+        "slow",
+        engine=engine,
+        framework=None,
+        server_args="variant=[1]",
+        client_args="max_concurrency=[1];num_prompts=2;random_input_len=8;random_output_len=8;tokenizer=words",
+    )
     store = StudyStore(tmp_path / "knee.db")
     name = create_study(store, spec, "slow")
     beats: list[float] = []

@@ -50,7 +50,11 @@ def test_real_vllm_sweep(tmp_path, vllm_python, tiny_model_dir):
         events.append((time.monotonic(), kind, d))
         if kind == "server_ready":
             # The random API key is enforced: a request without it is refused.
-            unauth.append(httpx.post(d["base_url"] + "/v1/completions", json={"model": str(tiny_model_dir), "prompt": "x", "max_tokens": 1}, timeout=10).status_code)
+            unauth.append(
+                httpx.post(
+                    d["base_url"] + "/v1/completions", json={"model": str(tiny_model_dir), "prompt": "x", "max_tokens": 1}, timeout=10
+                ).status_code
+            )
 
     summary = Runner(store, name, on_event=on_event, workspace=tmp_path).run()
     assert not summary.interrupted

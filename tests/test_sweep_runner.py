@@ -56,7 +56,13 @@ def test_sim_sweep_stores_every_point_trial_and_event(tmp_path):
 def test_infeasible_config_is_a_stored_failed_trial_and_the_sweep_goes_on(tmp_path):
     store = StudyStore(tmp_path / "knee.db")
     # Llama-3.1-70B in bf16 does not fit one L4; TP over 8 GPUs is more than the instance has.
-    spec = build_spec("meta-llama/Llama-3.1-70B", engine="sim", server_args="tensor_parallel_size=[1,4,8]", client_args="max_concurrency=[4];num_prompts=20", instance="ml.g6.12xlarge")
+    spec = build_spec(
+        "meta-llama/Llama-3.1-70B",
+        engine="sim",
+        server_args="tensor_parallel_size=[1,4,8]",
+        client_args="max_concurrency=[4];num_prompts=20",
+        instance="ml.g6.12xlarge",
+    )
     name = create_study(store, spec, "big")
     s = Runner(store, name).run()
     trials = {t.server_args["tensor_parallel_size"]: t for t in store.trials(name)}
@@ -124,7 +130,9 @@ def test_adaptive_drops_infeasible_and_prunes_hopeless_configs(tmp_path):
 
 def test_sla_search_brackets_then_bisects(tmp_path):
     store = StudyStore(tmp_path / "knee.db")
-    spec = small_spec(server_args="tensor_parallel_size=[4]", client_args="max_concurrency=8;num_prompts=300", constraints="e2e_latency:p99<30s", strategy="sla")
+    spec = small_spec(
+        server_args="tensor_parallel_size=[4]", client_args="max_concurrency=8;num_prompts=300", constraints="e2e_latency:p99<30s", strategy="sla"
+    )
     name = create_study(store, spec, "sla")
     s = Runner(store, name).run()
     res = next(iter(s.sla.values()))
@@ -143,7 +151,7 @@ def test_sweep_file(tmp_path):
     f.write_text(
         'model = "Qwen/Qwen3-4B"\ninstance = "ml.g6.12xlarge"\nconstraints = "e2e_latency:p99<60s"\n'
         '[engine]\nkind = "sim"\n[server]\n"tensor_parallel_size*max_num_seqs" = [[1, 64], [2, 128]]\nenable_prefix_caching = false\n'
-        '[client]\nmax_concurrency = [8, 16]\nnum_prompts = 50\n'
+        "[client]\nmax_concurrency = [8, 16]\nnum_prompts = 50\n"
     )
     kw = read_sweep_file(f)
     sets = kw["server_sets"]
@@ -160,7 +168,25 @@ def test_sweep_file(tmp_path):
 
 def test_walkthrough_command_runs_on_the_simulator_and_its_jsonl_imports_back(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rc = knee(["sweep", "--framework", "vllm", "--model", "Qwen/Qwen3-4B", "--server-args", WALK_SERVER, "--client-args", WALK_CLIENT, "--constraints", "e2e_latency:p99<60s", "--output-json", "out/walk.json", "--study", "walk"])
+    rc = knee(
+        [
+            "sweep",
+            "--framework",
+            "vllm",
+            "--model",
+            "Qwen/Qwen3-4B",
+            "--server-args",
+            WALK_SERVER,
+            "--client-args",
+            WALK_CLIENT,
+            "--constraints",
+            "e2e_latency:p99<60s",
+            "--output-json",
+            "out/walk.json",
+            "--study",
+            "walk",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 0, err
     assert "no GPU found" in err and "[SIMULATED]" in err and "27 load points run" in err
@@ -172,7 +198,10 @@ def test_walkthrough_command_runs_on_the_simulator_and_its_jsonl_imports_back(tm
     assert rec["constraints"] == [{"op": "<", "value": 60000.0, "name": "p99_e2e_latency_ms"}]
     assert "p99_e2e_latency_ms" in rec["results"] and any(a.startswith("--tensor-parallel-size=") for a in rec["config"]["server_cmd_args"])
     agg = json.loads((tmp_path / "out" / "walk.json").read_text())
-    assert agg["metadata"]["total_tests"] == 27 and agg["best_configurations"]["best_output_throughput_constrained"]["config"]["server_args"]["tensor_parallel_size"] == 4
+    assert (
+        agg["metadata"]["total_tests"] == 27
+        and agg["best_configurations"]["best_output_throughput_constrained"]["config"]["server_args"]["tensor_parallel_size"] == 4
+    )
     assert knee(["import", "out/walk.jsonl", "--study", "back"]) == 0
     store = StudyStore(tmp_path / ".knee" / "knee.db")
     orig = {p.point_id: p.summary["output_throughput"] for p in store.points("walk")}
@@ -182,7 +211,25 @@ def test_walkthrough_command_runs_on_the_simulator_and_its_jsonl_imports_back(tm
 
 def test_resume_guards(tmp_path, capsys):
     ws = str(tmp_path / "ws")
-    assert knee(["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--client-args", "max_concurrency=4;num_prompts=20", "--workspace", ws, "--study", "a"]) == 0
+    assert (
+        knee(
+            [
+                "sweep",
+                "-q",
+                "--model",
+                "Qwen/Qwen3-4B",
+                "--engine",
+                "sim",
+                "--client-args",
+                "max_concurrency=4;num_prompts=20",
+                "--workspace",
+                ws,
+                "--study",
+                "a",
+            ]
+        )
+        == 0
+    )
     assert knee(["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--workspace", ws, "--study", "a"]) == 2
     assert knee(["sweep", "-q", "--resume", "--model", "Qwen/Qwen3-8B", "--workspace", ws, "--study", "a"]) == 2
     assert "made for Qwen/Qwen3-4B" in capsys.readouterr().err
@@ -203,12 +250,37 @@ def test_resume_guards(tmp_path, capsys):
 )
 def test_bad_input_exits_2(tmp_path, argv):
     with pytest.raises(SystemExit) as e:
-        raise SystemExit(knee(["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--workspace", str(tmp_path), *argv] if "--engine" not in argv else ["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--workspace", str(tmp_path), *argv]))
+        raise SystemExit(
+            knee(
+                ["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--workspace", str(tmp_path), *argv]
+                if "--engine" not in argv
+                else ["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--workspace", str(tmp_path), *argv]
+            )
+        )
     assert e.value.code == 2
 
 
 def test_dry_run_plans_one_launch_per_server_config(tmp_path, capsys):
-    assert knee(["sweep", "--dry-run", "--json", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--server-args", WALK_SERVER, "--client-args", WALK_CLIENT, "--workspace", str(tmp_path)]) == 0
+    assert (
+        knee(
+            [
+                "sweep",
+                "--dry-run",
+                "--json",
+                "--model",
+                "Qwen/Qwen3-4B",
+                "--engine",
+                "sim",
+                "--server-args",
+                WALK_SERVER,
+                "--client-args",
+                WALK_CLIENT,
+                "--workspace",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert len(plan["trials"]) == 9 and all(len(t["load_points"]) == 3 for t in plan["trials"])
     assert len(plan_trials(small_spec())) == 2
@@ -222,7 +294,28 @@ def test_engine_spec_defaults_are_loopback_and_secret_free():
 def test_detached_runner_and_attach(tmp_path, capsys):
     """`knee sweep --detach` runs in its own process; `knee attach` follows it to the end."""
     ws = str(tmp_path)
-    assert knee(["sweep", "--detach", "--json", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--server-args", "tensor_parallel_size=[1,2]", "--client-args", "max_concurrency=[4,8];num_prompts=50", "--workspace", ws, "--study", "bg"]) == 0
+    assert (
+        knee(
+            [
+                "sweep",
+                "--detach",
+                "--json",
+                "--model",
+                "Qwen/Qwen3-4B",
+                "--engine",
+                "sim",
+                "--server-args",
+                "tensor_parallel_size=[1,2]",
+                "--client-args",
+                "max_concurrency=[4,8];num_prompts=50",
+                "--workspace",
+                ws,
+                "--study",
+                "bg",
+            ]
+        )
+        == 0
+    )
     info = json.loads(capsys.readouterr().out)
     assert info["study"] == "bg" and info["pid"] > 0
     assert knee(["attach", "--study", "bg", "--workspace", ws]) == 0
@@ -280,7 +373,13 @@ def test_study_view_rebuilds_state_from_events(tmp_path):
     from core.sweep.view import StudyView
 
     store = StudyStore(tmp_path / "knee.db")
-    spec = build_spec("Qwen/Qwen3-4B", engine="sim", server_args="tensor_parallel_size=[8,4]", client_args="max_concurrency=[4,8];num_prompts=20", instance="ml.g6.12xlarge")
+    spec = build_spec(
+        "Qwen/Qwen3-4B",
+        engine="sim",
+        server_args="tensor_parallel_size=[8,4]",
+        client_args="max_concurrency=[4,8];num_prompts=20",
+        instance="ml.g6.12xlarge",
+    )
     name = create_study(store, spec, "v")
     view = StudyView(store, name)
     assert view.poll() == [] and view.status == "unknown"
@@ -338,8 +437,10 @@ def test_progress_events_carry_simulated_gpu_memory(tmp_path):
 def test_gpu_memory_line_from_nvml_samples():
     from core.serve.telemetry import format_gpu, gpu_live
 
-    two = [{"mem_used_gb": 40.0, "mem_total_gb": 85.0, "util_pct": 90.0, "power_w": 300.0},
-           {"mem_used_gb": 20.0, "mem_total_gb": 85.0, "util_pct": 70.0}]  # no power reading
+    two = [
+        {"mem_used_gb": 40.0, "mem_total_gb": 85.0, "util_pct": 90.0, "power_w": 300.0},
+        {"mem_used_gb": 20.0, "mem_total_gb": 85.0, "util_pct": 70.0},
+    ]  # no power reading
     g = gpu_live(two)
     assert g["gpus"] == 2 and g["util_pct"] == 80.0 and g["power_w"] == 300.0 and not g["simulated"]
     assert format_gpu(g) == f"{60e9 / 2**30:.1f}/{170e9 / 2**30:.1f} GiB · 80% · 300 W"
@@ -351,6 +452,7 @@ def test_nvml_telemetry_where_present():
     (used/total, utilization, power). nvidia-ml-py is a dependency, so only a missing driver
     or GPU skips this, never a missing module."""
     import pynvml
+
     try:
         pynvml.nvmlInit()
         n = pynvml.nvmlDeviceGetCount()

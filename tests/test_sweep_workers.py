@@ -32,8 +32,25 @@ pytestmark = pytest.mark.slow
 
 
 def sweep_args(db: Path | str, study: str, server: str = SERVER, client: str = CLIENT) -> list[str]:
-    return ["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--instance", "ml.g6.12xlarge",
-            "--server-args", server, "--client-args", client, "--storage", str(db), "--study", study, "--join"]
+    return [
+        "sweep",
+        "-q",
+        "--model",
+        "Qwen/Qwen3-4B",
+        "--engine",
+        "sim",
+        "--instance",
+        "ml.g6.12xlarge",
+        "--server-args",
+        server,
+        "--client-args",
+        client,
+        "--storage",
+        str(db),
+        "--study",
+        study,
+        "--join",
+    ]
 
 
 def env() -> dict[str, str]:
@@ -74,8 +91,7 @@ def three_workers_one_killed_and_a_pause(db: Path | str, procs: list) -> None:
     tests/test_sweep_workers_pg.py)."""
     name = "multi"
     for _ in range(3):
-        procs.append(subprocess.Popen([str(KNEE), *sweep_args(db, name)], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True, env=env()))
+        procs.append(subprocess.Popen([str(KNEE), *sweep_args(db, name)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env()))
     pids = {p.pid for p in procs}
     store = open_store(db)
 
@@ -205,23 +221,27 @@ def test_a_worker_with_other_arguments_is_refused_naming_the_difference(tmp_path
 def _hw_args(db: Path, study: str, instance: str, server: str = "max_num_seqs=[16,32]") -> list[str]:
     args = sweep_args(db, study, server=server, client="max_concurrency=[4];num_prompts=50")
     i = args.index("--instance")
-    return args[:i + 1] + [instance] + args[i + 2:]
+    return args[: i + 1] + [instance] + args[i + 2 :]
 
 
 def test_a_worker_on_other_hardware_is_refused_naming_the_difference(tmp_path):
     db, name = tmp_path / "knee.db", "hw"
     r = knee(*_hw_args(db, name, "ml.g6.12xlarge"), "--json")  # 4x L4 (the sim engine's hardware)
     assert r.returncode == 0, r.stderr
-    for instance, why in (("ml.g5.12xlarge", "GPU type differs: the study runs on 4x L4 (simulated), this worker on 4x A10G (simulated)"),
-                          ("ml.g6.48xlarge", "GPU count differs: the study runs on 4x L4 (simulated), this worker on 8x L4 (simulated)")):
+    for instance, why in (
+        ("ml.g5.12xlarge", "GPU type differs: the study runs on 4x L4 (simulated), this worker on 4x A10G (simulated)"),
+        ("ml.g6.48xlarge", "GPU count differs: the study runs on 4x L4 (simulated), this worker on 8x L4 (simulated)"),
+    ):
         r = knee(*_hw_args(db, name, instance))
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert r.stderr.strip() == (f"knee: error: cannot join study {name!r}: {why} (run this worker on hardware like the study's, "
-                                    "or pass --allow-mixed-hardware to join anyway)")
+        assert r.stderr.strip() == (
+            f"knee: error: cannot join study {name!r}: {why} (run this worker on hardware like the study's, "
+            "or pass --allow-mixed-hardware to join anyway)"
+        )
     # The same hardware named another way (--gpu/--num-gpus, not --instance) is the same hardware.
     args = _hw_args(db, name, "ml.g6.12xlarge")
     i = args.index("--instance")
-    r = knee(*args[:i], "--gpu", "L4", "--num-gpus", "4", *args[i + 2:], "--json")
+    r = knee(*args[:i], "--gpu", "L4", "--num-gpus", "4", *args[i + 2 :], "--json")
     assert r.returncode == 0, r.stderr
     r = knee(*_hw_args(db, name, "ml.g6.12xlarge")[:-1], "--allow-mixed-hardware")  # without --join
     assert r.returncode == 2 and r.stderr.strip() == "knee: error: --allow-mixed-hardware goes with --join (add --join --study NAME, or drop it)"
@@ -230,7 +250,9 @@ def test_a_worker_on_other_hardware_is_refused_naming_the_difference(tmp_path):
 def test_allow_mixed_hardware_joins_and_each_launch_records_its_own_hardware(tmp_path, procs):
     db, name = tmp_path / "knee.db", "mixed"
     big = SERVER.replace("max_num_seqs=[", "max_num_seqs=[8,24,40,56,80,112,160,224,320,448,")  # 40 configurations: time to pause
-    procs.append(subprocess.Popen([str(KNEE), *sweep_args(db, name, server=big)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env()))
+    procs.append(
+        subprocess.Popen([str(KNEE), *sweep_args(db, name, server=big)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env())
+    )
     store = open_store(db)
     # Hold the study while the second worker joins, so that both get configurations.
     wait_for(lambda: (row := store.study(name)) is not None and runner_alive(row), timeout=60, what="the first worker to start")
@@ -238,8 +260,12 @@ def test_allow_mixed_hardware_joins_and_each_launch_records_its_own_hardware(tmp
     assert r.returncode == 0, r.stderr
     args = sweep_args(db, name, server=big)
     args[args.index("--instance") + 1] = "ml.g5.12xlarge"  # 4x A10G
-    procs.append(subprocess.Popen([str(KNEE), *args, "--allow-mixed-hardware"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env()))
-    wait_for(lambda: len({e.data.get("worker") for e in store.events(name, kinds=["study_started"])}) == 2, timeout=60, what="the second worker to join")
+    procs.append(
+        subprocess.Popen([str(KNEE), *args, "--allow-mixed-hardware"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env())
+    )
+    wait_for(
+        lambda: len({e.data.get("worker") for e in store.events(name, kinds=["study_started"])}) == 2, timeout=60, what="the second worker to join"
+    )
     r = knee("sweep", "--continue", "--study", name, "--storage", str(db))
     assert r.returncode == 0, r.stderr
     for p in procs:
@@ -263,11 +289,32 @@ def test_two_workers_on_real_vllm_each_with_its_own_server(tmp_path, procs, vllm
     from test_sweep_realvllm import VLLM_ENV
 
     db, name = tmp_path / "knee.db", "real-multi"
-    args = ["sweep", "-q", "--model", str(tiny_model_dir), "--engine", "vllm", "--python", str(vllm_python),
-            "--server-args", "max_num_seqs=[4,8,16];max_model_len=2048;dtype=bfloat16",
-            "--client-args", "max_concurrency=[2];num_prompts=12;random_input_len=32;random_output_len=32",
-            "--start-timeout", "400", "--request-timeout", "120", "--storage", str(db), "--study", name, "--join",
-            "--workspace", str(tmp_path), *[x for k, v in VLLM_ENV.items() for x in ("--env", f"{k}={v}")]]
+    args = [
+        "sweep",
+        "-q",
+        "--model",
+        str(tiny_model_dir),
+        "--engine",
+        "vllm",
+        "--python",
+        str(vllm_python),
+        "--server-args",
+        "max_num_seqs=[4,8,16];max_model_len=2048;dtype=bfloat16",
+        "--client-args",
+        "max_concurrency=[2];num_prompts=12;random_input_len=32;random_output_len=32",
+        "--start-timeout",
+        "400",
+        "--request-timeout",
+        "120",
+        "--storage",
+        str(db),
+        "--study",
+        name,
+        "--join",
+        "--workspace",
+        str(tmp_path),
+        *[x for k, v in VLLM_ENV.items() for x in ("--env", f"{k}={v}")],
+    ]
     for _ in range(2):
         procs.append(subprocess.Popen([str(KNEE), *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env()))
     for p in procs:

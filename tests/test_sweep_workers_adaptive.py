@@ -38,9 +38,29 @@ N_WORKERS = 3
 
 
 def adaptive_args(db: Path | str, study: str, join: bool = True) -> list[str]:
-    return ["sweep", "-q", "--model", "Qwen/Qwen3-4B", "--engine", "sim", "--instance", "ml.g6.12xlarge",
-            "--server-args", SERVER, "--client-args", CLIENT, "--constraints", CONSTRAINTS, "--strategy", "adaptive",
-            "--storage", str(db), "--study", study, *(["--join"] if join else [])]
+    return [
+        "sweep",
+        "-q",
+        "--model",
+        "Qwen/Qwen3-4B",
+        "--engine",
+        "sim",
+        "--instance",
+        "ml.g6.12xlarge",
+        "--server-args",
+        SERVER,
+        "--client-args",
+        CLIENT,
+        "--constraints",
+        CONSTRAINTS,
+        "--strategy",
+        "adaptive",
+        "--storage",
+        str(db),
+        "--study",
+        study,
+        *(["--join"] if join else []),
+    ]
 
 
 def single_runner_measured(tmp_path: Path) -> set[str]:
@@ -59,9 +79,9 @@ def start_workers(db: Path | str, name: str, procs: list) -> tuple[StudyStore, d
     """Three workers, all in before any configuration is decided: the first is paused as soon
     as it is up, the other two join while it waits, then the study continues. Returns the
     store and worker id -> pid."""
+
     def spawn() -> None:
-        procs.append(subprocess.Popen([str(KNEE), *adaptive_args(db, name)], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True, env=env()))
+        procs.append(subprocess.Popen([str(KNEE), *adaptive_args(db, name)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env()))
 
     spawn()
     store = open_store(db)
@@ -197,8 +217,13 @@ def test_an_adaptive_worker_killed_mid_configuration_leaves_it_to_another_which_
 def _sim_points(tmp_path: Path) -> list:
     """Two points measured on the simulator, to store as if a real engine had measured them."""
     store = StudyStore(tmp_path / "sim.db")
-    spec = build_spec("Qwen/Qwen3-4B", engine="sim", server_args="tensor_parallel_size=[1]", client_args="max_concurrency=[8,32];num_prompts=200",
-                      instance="ml.g6.12xlarge")
+    spec = build_spec(
+        "Qwen/Qwen3-4B",
+        engine="sim",
+        server_args="tensor_parallel_size=[1]",
+        client_args="max_concurrency=[8,32];num_prompts=200",
+        instance="ml.g6.12xlarge",
+    )
     from core.sweep.runner import Runner
 
     Runner(store, create_study(store, spec, "sim"), install_signals=False).run()
@@ -238,8 +263,14 @@ def test_a_real_engine_worker_learns_its_calibration_from_the_points_other_worke
 
     sim = _sim_points(tmp_path)
     store = StudyStore(tmp_path / "knee.db")
-    spec = build_spec("Qwen/Qwen3-4B", engine="vllm", server_args="tensor_parallel_size=[1]", client_args="max_concurrency=[8,32];num_prompts=200",
-                      instance="ml.g6.12xlarge", strategy="adaptive")
+    spec = build_spec(
+        "Qwen/Qwen3-4B",
+        engine="vllm",
+        server_args="tensor_parallel_size=[1]",
+        client_args="max_concurrency=[8,32];num_prompts=200",
+        instance="ml.g6.12xlarge",
+        strategy="adaptive",
+    )
     name = create_study(store, spec, "real")
     learner = StudyLearner.for_runner(store, name, spec, default_predictor(spec))
     assert learner is not None and not learner.calibration.observations

@@ -147,8 +147,9 @@ def own_cluster():
 
 
 def _worker(url: str, study: str, procs: list, **extra_env: str) -> subprocess.Popen:
-    p = subprocess.Popen([str(KNEE), *sweep_args(url, study, server=BIG)], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, env={**env(), **extra_env})
+    p = subprocess.Popen(
+        [str(KNEE), *sweep_args(url, study, server=BIG)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env={**env(), **extra_env}
+    )
     procs.append(p)
     return p
 

@@ -58,8 +58,16 @@ def test_without_a_terminal_knee_exits_2_with_one_line_pointing_to_the_headless_
     # spin at ~90% CPU until killed; the timeout catches that.
     env = {**os.environ, "KNEE_WORKSPACE": str(tmp_path / ".knee"), "HF_HUB_OFFLINE": "1"}
     env.pop("TEXTUAL_DRIVER", None)
-    done = subprocess.run([sys.executable, "-m", "tui"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "tui"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr

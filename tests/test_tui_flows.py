@@ -302,8 +302,7 @@ async def test_a_plan_built_for_older_fields_never_replaces_the_current_one(demo
         await settle(pilot)
         assert "malformed execution role ARN" in str(deploy.plan_text.render())
         release.set()
-        await wait_until(pilot, lambda: any(m.plan is not None and m.plan.role_arn is None for m in planned),
-                         what="the stale plan to arrive")
+        await wait_until(pilot, lambda: any(m.plan is not None and m.plan.role_arn is None for m in planned), what="the stale plan to arrive")
         await pilot.pause()
         assert "malformed execution role ARN" in str(deploy.plan_text.render())
         assert deploy.plan is None  # nothing to apply: the fields as they are make no plan
@@ -326,10 +325,12 @@ def test_a_late_result_of_a_superseded_worker_never_drops_the_current_one():
 async def test_quitting_during_a_sweep_asks_and_can_leave_it_running(tmp_path):
     storage = str(tmp_path / "knee.db")
     # Enough simulated work to still be running when the question is asked.
-    plan = demo_plan().model_copy(update={
-        "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
-        "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
-    })
+    plan = demo_plan().model_copy(
+        update={
+            "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
+            "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
+        }
+    )
     app = make_app(plan, storage=storage)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("f3", "n")
@@ -397,8 +398,7 @@ async def test_the_palette_picks_an_instance_from_the_catalog():
         await pilot.pause()
         await pilot.press(*"instance ml.p4d.24xlarge")
         # The palette searches in a worker and shows its hits in batches: wait for the hit.
-        await wait_until(pilot, lambda: _palette_highlight(app).startswith("Instance: ml.p4d.24xlarge"),
-                         what="the palette to highlight the instance")
+        await wait_until(pilot, lambda: _palette_highlight(app).startswith("Instance: ml.p4d.24xlarge"), what="the palette to highlight the instance")
         await pilot.press("enter")
         await settle(pilot)
         assert app.plan.instance == "ml.p4d.24xlarge"
@@ -406,8 +406,7 @@ async def test_the_palette_picks_an_instance_from_the_catalog():
 
 
 async def test_a_model_that_does_not_fit_is_explained_on_the_estimate():
-    app = make_app(demo_plan().model_copy(update={"model": "meta-llama/Llama-3.1-70B", "instance": None,
-                                                  "gpu": "L4", "num_gpus": 1}))
+    app = make_app(demo_plan().model_copy(update={"model": "meta-llama/Llama-3.1-70B", "instance": None, "gpu": "L4", "num_gpus": 1}))
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("f2")
         await settle(pilot)
@@ -466,8 +465,7 @@ async def test_p_pauses_the_sweep_after_its_point_and_p_again_continues(tmp_path
         assert len(store.points(study)) == stored  # nothing measured while paused
         await pilot.press("p")
         assert "continuing" in notes[-1]
-        await wait_until(pilot, lambda: app.sweep.state == "running" and len(store.points(study)) > stored,
-                         what="points after continuing")
+        await wait_until(pilot, lambda: app.sweep.state == "running" and len(store.points(study)) > stored, what="points after continuing")
         assert screen.active_bindings["p"].binding.description == "Pause"
         kinds = [e.kind for e in store.events(study) if e.kind in ("paused", "continued")]
         assert kinds == ["paused", "continued"]
@@ -504,8 +502,7 @@ async def test_the_selected_trial_shows_the_tail_of_its_server_log(tmp_path):
     storage = str(tmp_path / "knee.db")
     store = StudyStore(storage)
     create_study(store, spec_from_plan(demo_sweep_plan()), name="with-log")
-    store.upsert_trial("with-log", "{}", {"tensor_parallel_size": 1}, status="failed", reason="crashed: exit 1",
-                       log_path=str(log))
+    store.upsert_trial("with-log", "{}", {"tensor_parallel_size": 1}, status="failed", reason="crashed: exit 1", log_path=str(log))
     store.close()
     app = make_app(storage=storage, study="with-log")
     async with app.run_test(size=(100, 30)) as pilot:

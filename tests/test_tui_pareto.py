@@ -34,17 +34,36 @@ PALETTE = default_palette()
 
 
 def pt(i: int, rps: float, e2e_ms: float, meets: bool | None = True, source: str = "knee") -> PointRow:
-    return PointRow(study="s", point_id=f"p{i}", trial_id=i, trial_key="k", server_args={"max_num_seqs": 8 * (i + 1)},
-                    client_args={"max_concurrency": 4 * (i + 1)}, summary={
-                        "request_throughput": rps, "output_throughput": rps * 500, "p99_e2el_ms": e2e_ms,
-                        "p99_ttft_ms": e2e_ms / 10, "p99_itl_ms": 1e6 / max(e2e_ms, 1.0)},
-                    meets_slo=meets, source=source)
+    return PointRow(
+        study="s",
+        point_id=f"p{i}",
+        trial_id=i,
+        trial_key="k",
+        server_args={"max_num_seqs": 8 * (i + 1)},
+        client_args={"max_concurrency": 4 * (i + 1)},
+        summary={
+            "request_throughput": rps,
+            "output_throughput": rps * 500,
+            "p99_e2el_ms": e2e_ms,
+            "p99_ttft_ms": e2e_ms / 10,
+            "p99_itl_ms": 1e6 / max(e2e_ms, 1.0),
+        },
+        meets_slo=meets,
+        source=source,
+    )
 
 
 # A frontier of four (0, 1, 3, 5), dominated points (2, 4), one point missing the SLO on
 # the frontier (5) and one imported run.
-POINTS = [pt(0, 1.0, 12_000), pt(1, 1.6, 20_000), pt(2, 1.2, 40_000), pt(3, 2.0, 35_000),
-          pt(4, 1.9, 90_000, meets=False), pt(5, 2.6, 70_000, meets=False), pt(6, 0.7, 30_000, source="vllm-bench")]
+POINTS = [
+    pt(0, 1.0, 12_000),
+    pt(1, 1.6, 20_000),
+    pt(2, 1.2, 40_000),
+    pt(3, 2.0, 35_000),
+    pt(4, 1.9, 90_000, meets=False),
+    pt(5, 2.6, 70_000, meets=False),
+    pt(6, 0.7, 30_000, source="vllm-bench"),
+]
 SLO = parse_constraints("e2e_latency:p99<60s")
 
 
@@ -54,10 +73,14 @@ def view_of(points=POINTS, x="request_throughput", y="p99_e2el_ms", predicted=No
 
 # ---- the frontier staircase -------------------------------------------------------------
 # Each direction pair, each way round (max-min, min-max, max-max, min-min).
-@pytest.mark.parametrize("x,y", [
-    *itertools.permutations(["request_throughput", "p99_e2el_ms"]),
-    *itertools.permutations(["tokens_per_s_per_user", "output_throughput"]),
-    *itertools.permutations(["p99_itl_ms", "p99_ttft_ms"])])
+@pytest.mark.parametrize(
+    "x,y",
+    [
+        *itertools.permutations(["request_throughput", "p99_e2el_ms"]),
+        *itertools.permutations(["tokens_per_s_per_user", "output_throughput"]),
+        *itertools.permutations(["p99_itl_ms", "p99_ttft_ms"]),
+    ],
+)
 def test_frontier_steps_pass_through_every_frontier_point_on_the_attainable_side(x, y):
     view = view_of(x=x, y=y)
     assert len(view.frontier) >= 2
@@ -99,7 +122,7 @@ def test_the_canvas_is_where_plotext_draws_it():
         assert top == 0 and left + w == size[0] and h == size[1] - 2
         axis_row = chart.lines[top + h]
         assert axis_row[left - 1] == "└" and set(axis_row[left:]) <= set("─┬")
-        assert all(line[left - 1] in "│┤" for line in chart.lines[top:top + h])
+        assert all(line[left - 1] in "│┤" for line in chart.lines[top : top + h])
 
 
 @pytest.mark.parametrize("size", [(76, 11), (96, 14), (58, 30)])
@@ -114,7 +137,7 @@ def test_every_point_is_drawn_over_the_frontier_line_and_the_knee_and_selection_
     assert chart.char(view.knee.x, view.knee.y) == "◆"
     # The staircase is there between the points (not hidden under anything).
     left, top, _, h = chart.canvas
-    assert sum(ch in LINE_CHARS for line in chart.lines[top:top + h] for ch in line[left:]) >= 3
+    assert sum(ch in LINE_CHARS for line in chart.lines[top : top + h] for ch in line[left:]) >= 3
 
     cursor = PALETTE(SELECTED)
     other = next(d for d in view.measured if d.key != view.knee.key)
@@ -137,8 +160,9 @@ def test_a_prediction_never_covers_the_measurement_it_predicts():
         assert chart.char(d.x, d.y) != "○"
 
 
-@pytest.mark.parametrize("x,y", [("request_throughput", "p99_e2el_ms"), ("p99_e2el_ms", "request_throughput"),
-                                 ("tokens_per_s_per_user", "output_throughput")])
+@pytest.mark.parametrize(
+    "x,y", [("request_throughput", "p99_e2el_ms"), ("p99_e2el_ms", "request_throughput"), ("tokens_per_s_per_user", "output_throughput")]
+)
 @pytest.mark.parametrize("size", [(76, 11), (58, 30), (120, 40)])
 def test_the_drawn_staircase_runs_unbroken_through_every_frontier_point(x, y, size):
     view = view_of(x=x, y=y)
@@ -148,8 +172,7 @@ def test_the_drawn_staircase_runs_unbroken_through_every_frontier_point(x, y, si
     assert set(verts) >= frontier
     for (c0, r0), (c1, r1) in pairwise(verts):
         assert c0 == c1 or r0 == r1  # runs only: horizontal or vertical
-        cells = ([(c, r0) for c in range(min(c0, c1), max(c0, c1) + 1)] if r0 == r1
-                 else [(c0, r) for r in range(min(r0, r1), max(r0, r1) + 1)])
+        cells = [(c, r0) for c in range(min(c0, c1), max(c0, c1) + 1)] if r0 == r1 else [(c0, r) for r in range(min(r0, r1), max(r0, r1) + 1)]
         for c, r in cells:
             ch = chart.lines[r][c]
             # The line, or a point's marker over it: no gap, no other series on top.
@@ -193,8 +216,7 @@ def test_ticks_are_round_numbers_where_their_values_are():
     for size in ((80, 16), (58, 30), (120, 9)):
         chart = draw(view_of(), None, *size)
         left, top, _, h = chart.canvas
-        ylabels = {r: line[: left - 1].strip() for r, line in enumerate(chart.lines[top:top + h], top)
-                   if line[: left - 1].strip()}
+        ylabels = {r: line[: left - 1].strip() for r, line in enumerate(chart.lines[top : top + h], top) if line[: left - 1].strip()}
         xlabels = chart.lines[-1].split()
         # Every tick asked for is drawn whole (plotext drops an x label that collides).
         assert sorted(ylabels.values(), key=_number) == chart.ylabels and xlabels == chart.xlabels
@@ -209,7 +231,7 @@ def test_ticks_are_round_numbers_where_their_values_are():
         assert all(b - a >= 2 for a, b in pairwise(sorted(ylabels)))
         for s in xlabels:
             c, _ = chart.cell_of(_number(s) * chart.ax.scale, 1.0)
-            assert chart.lines[-2][c] == "┬" and s in chart.lines[-1][max(0, c - len(s)):c + len(s)]
+            assert chart.lines[-2][c] == "┬" and s in chart.lines[-1][max(0, c - len(s)) : c + len(s)]
 
 
 def test_one_unit_per_metric_on_axis_table_and_detail():
@@ -281,8 +303,7 @@ def test_the_legend_wraps_between_items_only():
     view = view_of(predicted={p.point_id: p for p in POINTS})
     items = legend_items(view, next(d.key for d in view.measured if d != view.knee))
     texts = [i.plain for i in items]
-    assert {"●─ frontier", "● measured", "× misses SLO", "◇ imported", "○ predicted", "◆ knee", "● selected",
-            "╌ SLO"} <= set(texts)
+    assert {"●─ frontier", "● measured", "× misses SLO", "◇ imported", "○ predicted", "◆ knee", "● selected", "╌ SLO"} <= set(texts)
     for width in range(12, 130):
         lines = [line.plain for line in wrap_items(items, width)]
         assert "  ".join(lines) == "  ".join(texts)  # nothing lost, nothing split
@@ -291,7 +312,7 @@ def test_the_legend_wraps_between_items_only():
             rest = line
             while rest:  # each line is whole items, two spaces apart
                 head = next(t for t in texts if rest.startswith(t))
-                rest = rest[len(head):].removeprefix("  ")
+                rest = rest[len(head) :].removeprefix("  ")
 
 
 def test_the_legend_names_only_what_is_drawn():
@@ -308,8 +329,9 @@ def test_each_point_has_one_marker_kind():
     assert {kinds[d.key] for d in view.frontier} <= {"knee", "frontier", "failed"}
 
 
-@pytest.mark.parametrize("points", [POINTS[:1], [pt(0, 1.0, 5_000), pt(1, 1.0, 5_000)], [pt(0, 1.0, 0.0), pt(1, 3.0, 0.0)]],
-                         ids=["one point", "two alike", "zero latency"])
+@pytest.mark.parametrize(
+    "points", [POINTS[:1], [pt(0, 1.0, 5_000), pt(1, 1.0, 5_000)], [pt(0, 1.0, 0.0), pt(1, 3.0, 0.0)]], ids=["one point", "two alike", "zero latency"]
+)
 @pytest.mark.parametrize("size", [(24, 4), (40, 7), (120, 38)])
 def test_degenerate_studies_still_draw(points, size):
     view = view_of(points=points)

@@ -32,11 +32,17 @@ from support.pilot import offline, wait_until  # noqa: F401 (fixtures)
 
 def _ready(app, goal: str | None = None) -> bool:
     s = app.screen
-    return (isinstance(s, RecommendScreen) and s.rec is not None and s.table.row_count > 0
-            and not s.table.loading and (goal is None or s.rec.request.goal == goal))
+    return (
+        isinstance(s, RecommendScreen)
+        and s.rec is not None
+        and s.table.row_count > 0
+        and not s.table.loading
+        and (goal is None or s.rec.request.goal == goal)
+    )
 
 
 # ---- the screen ------------------------------------------------------------------------
+
 
 async def test_open_rank_change_goal_and_choose_an_instance_for_the_plan():
     app = make_app()
@@ -48,7 +54,13 @@ async def test_open_rank_change_goal_and_choose_an_instance_for_the_plan():
         # The plan's model, workload, SLOs and target rate (5 req/s) went into the request.
         req = screen.rec.request
         assert (req.model, req.input_len, req.output_len, req.constraints, req.target_rps, req.goal) == (
-            "Qwen/Qwen3-4B", 1024, 512, "e2e_latency:p99<60s", 5.0, "cost")
+            "Qwen/Qwen3-4B",
+            1024,
+            512,
+            "e2e_latency:p99<60s",
+            5.0,
+            "cost",
+        )
         assert screen.query_one("#rec-target", Input).value == "5"
         # Goal cost with a target: the cheapest fleet first, one row per instance type.
         shown = [r.candidate for r in screen._rows.values()]
@@ -142,24 +154,57 @@ async def test_an_unknown_model_is_reported_not_raised():
 
 # ---- data shaping ----------------------------------------------------------------------
 
-def cand(instance: str, tp: int = 1, copies: int = 1, cap: float = 2.0, price: float | None = 1.0,
-         per_m: float | None = 0.5, needed: int | None = None, **kw) -> Candidate:
-    base = dict(instance=instance, gpu="L4", num_gpus=tp * copies, tp=tp, copies=copies, precision="bf16",
-                kv_cache_dtype="auto", capacity_rps=cap, capacity_rps_low=cap / 2, capacity_rps_high=cap * 1.2,
-                output_tok_per_s=cap * 500, concurrency=32, ttft_ms=800.0, e2e_s=20.0, instances_needed=needed,
-                usd_per_hour=price, usd_per_hour_total=None if price is None else price * (needed or 1),
-                usd_per_1m_output_tokens=per_m,
-                bottleneck="decode: memory bandwidth (KV cache); prefill: compute (matmuls); batch limited by kv_cache",
-                knobs={"tensor_parallel_size": tp, "data_parallel_size": copies})
+
+def cand(
+    instance: str,
+    tp: int = 1,
+    copies: int = 1,
+    cap: float = 2.0,
+    price: float | None = 1.0,
+    per_m: float | None = 0.5,
+    needed: int | None = None,
+    **kw,
+) -> Candidate:
+    base = dict(
+        instance=instance,
+        gpu="L4",
+        num_gpus=tp * copies,
+        tp=tp,
+        copies=copies,
+        precision="bf16",
+        kv_cache_dtype="auto",
+        capacity_rps=cap,
+        capacity_rps_low=cap / 2,
+        capacity_rps_high=cap * 1.2,
+        output_tok_per_s=cap * 500,
+        concurrency=32,
+        ttft_ms=800.0,
+        e2e_s=20.0,
+        instances_needed=needed,
+        usd_per_hour=price,
+        usd_per_hour_total=None if price is None else price * (needed or 1),
+        usd_per_1m_output_tokens=per_m,
+        bottleneck="decode: memory bandwidth (KV cache); prefill: compute (matmuls); batch limited by kv_cache",
+        knobs={"tensor_parallel_size": tp, "data_parallel_size": copies},
+    )
     base.update(kw)
     return Candidate(**base)
 
 
-@pytest.mark.parametrize("text,value,error", [
-    ("", None, None), ("  ", None, None), ("5", 5.0, None), (" 2.5 ", 2.5, None),
-    ("abc", None, "must be a number"), ("0", None, "must be positive"), ("-3", None, "must be positive"),
-    ("inf", None, "must be positive"), ("nan", None, "must be positive"),
-])
+@pytest.mark.parametrize(
+    "text,value,error",
+    [
+        ("", None, None),
+        ("  ", None, None),
+        ("5", 5.0, None),
+        (" 2.5 ", 2.5, None),
+        ("abc", None, "must be a number"),
+        ("0", None, "must be positive"),
+        ("-3", None, "must be positive"),
+        ("inf", None, "must be positive"),
+        ("nan", None, "must be positive"),
+    ],
+)
 def test_parse_target(text, value, error):
     v, e = parse_target(text)
     assert v == value
@@ -170,7 +215,13 @@ def test_request_for_takes_the_plan_and_considers_fp8_only_when_the_plan_does():
     plan = demo_plan().model_copy(update={"input_len": 2048, "output_len": 128, "constraints": "ttft:p95<500ms"})
     req = request_for(plan, "latency", 3.0)
     assert (req.model, req.input_len, req.output_len, req.constraints, req.goal, req.target_rps) == (
-        plan.model, 2048, 128, "ttft:p95<500ms", "latency", 3.0)
+        plan.model,
+        2048,
+        128,
+        "ttft:p95<500ms",
+        "latency",
+        3.0,
+    )
     assert req.instances == "all" and not req.allow_quantization
     assert request_for(plan.model_copy(update={"kv_cache_dtype": "fp8"})).allow_quantization
     assert request_for(plan.model_copy(update={"precision": "fp8"})).allow_quantization
@@ -187,8 +238,15 @@ def test_plan_with_moves_the_plan_to_the_instance():
 
 
 def test_frontier_keeps_what_nothing_beats_on_both_axes():
-    pts = [Point("a", 1, 1.0, ""), Point("b", 4, 0.8, ""), Point("c", 4, 0.9, ""), Point("d", 10, 2.0, ""),
-           Point("e", 10, 2.0, ""), Point("f", 3, 0.8, ""), Point("g", 20, 0.5, "")]
+    pts = [
+        Point("a", 1, 1.0, ""),
+        Point("b", 4, 0.8, ""),
+        Point("c", 4, 0.9, ""),
+        Point("d", 10, 2.0, ""),
+        Point("e", 10, 2.0, ""),
+        Point("f", 3, 0.8, ""),
+        Point("g", 20, 0.5, ""),
+    ]
     assert [p.key for p in frontier(pts)] == ["g"]  # g is cheapest and largest: it beats them all
     pts = pts[:-1]
     # b beats a, c and f (f: less capacity at the same cost); d beats e only by coming first.
@@ -217,7 +275,15 @@ def test_rows_chart_and_detail_from_a_recommendation():
     assert [r.instance for r in best] == ["g6e.xlarge", "g6.12xlarge", "p5e.48xlarge"]  # one per type
     r = best[0]
     assert (r.rank, r.layout, r.count, r.usd_per_hour, r.usd_per_1m, r.capacity, r.bottleneck, r.frontier) == (
-        1, "TP1×1", "3", "7.83", "0.802", "3.78 (1.89–4.54)", "KV-cache reads", True)
+        1,
+        "TP1×1",
+        "3",
+        "7.83",
+        "0.802",
+        "3.78 (1.89–4.54)",
+        "KV-cache reads",
+        True,
+    )
     assert best[1].layout == "TP1×4" and not best[1].frontier
     assert (best[2].usd_per_hour, best[2].usd_per_1m, best[2].capacity) == ("–", "–", "156 (78.2–188)")
     every = rows(rec, all_layouts=True)
@@ -246,6 +312,7 @@ def test_rows_of_the_real_catalog_match_the_recommendation():
 
 # ---- the chart -------------------------------------------------------------------------
 
+
 def test_log_ticks_125():
     assert log_ticks_125(0.8, 130) == [1, 2, 5, 10, 20, 50, 100]
     assert log_ticks_125(0.55, 0.95) == []
@@ -268,13 +335,17 @@ def test_chart_draws_every_point_the_frontier_and_the_target():
 
 # ---- the Measure action's data (tui/data/recommend_measure.py; the flow: test_tui_recommend_measure.py)
 
-@pytest.mark.parametrize("n, role, region, msg", [
-    ("x", "arn:aws:iam::123456789012:role/R", "us-east-1", "N must be a whole number, got 'x'"),
-    ("0", "arn:aws:iam::123456789012:role/R", "us-east-1", "N must be at least 1"),
-    ("2", " ", "us-east-1", "enter the SageMaker execution role"),
-    ("2", "not-an-arn", "us-east-1", "bad role 'not-an-arn'"),
-    ("2", "arn:aws:iam::123456789012:role/R", "us-nowhere-1", "unknown region 'us-nowhere-1'"),
-])
+
+@pytest.mark.parametrize(
+    "n, role, region, msg",
+    [
+        ("x", "arn:aws:iam::123456789012:role/R", "us-east-1", "N must be a whole number, got 'x'"),
+        ("0", "arn:aws:iam::123456789012:role/R", "us-east-1", "N must be at least 1"),
+        ("2", " ", "us-east-1", "enter the SageMaker execution role"),
+        ("2", "not-an-arn", "us-east-1", "bad role 'not-an-arn'"),
+        ("2", "arn:aws:iam::123456789012:role/R", "us-nowhere-1", "unknown region 'us-nowhere-1'"),
+    ],
+)
 def test_measure_dialog_answers_are_checked_by_core(n, role, region, msg, tmp_path):
     from tui.data.recommend_measure import measure_options
 
@@ -285,14 +356,21 @@ def test_measure_dialog_answers_are_checked_by_core(n, role, region, msg, tmp_pa
 def test_measure_defaults_and_progress_stages(tmp_path):
     from tui.data.recommend_measure import Progress, measure_options
 
-    opts, why = measure_options("", "arn:aws:iam::123456789012:role/R", "", storage=str(tmp_path / "k.db"),
-                                poll_interval_s=0.5, overrides={"max_concurrency": 4})
+    opts, why = measure_options(
+        "", "arn:aws:iam::123456789012:role/R", "", storage=str(tmp_path / "k.db"), poll_interval_s=0.5, overrides={"max_concurrency": 4}
+    )
     assert why is None and (opts.n, opts.region, opts.poll_interval_s, opts.max_concurrency) == (3, "us-east-1", 0.5, 4)
     p = Progress(stages={"knee-m1-1-g6-xlarge": "planned"}, labels={"knee-m1-1-g6-xlarge": "g6.xlarge TP1×1"})
     seen = []
-    for line in ("deploying knee-m1-1-g6-xlarge (ml.g6.xlarge, TP1 x 1)", "ready: knee-m1-1-g6-xlarge after 3 s",
-                 "benchmarking knee-m1-1-g6-xlarge (ml.g6.xlarge, TP1 x 1): SLA search from c=4", "measuring c=4 (16 requests)",
-                 "deleting knee-m1-1-g6-xlarge", "deleted knee-m1-1-g6-xlarge (4 resource(s))", "deploying knee-other-2"):
+    for line in (
+        "deploying knee-m1-1-g6-xlarge (ml.g6.xlarge, TP1 x 1)",
+        "ready: knee-m1-1-g6-xlarge after 3 s",
+        "benchmarking knee-m1-1-g6-xlarge (ml.g6.xlarge, TP1 x 1): SLA search from c=4",
+        "measuring c=4 (16 requests)",
+        "deleting knee-m1-1-g6-xlarge",
+        "deleted knee-m1-1-g6-xlarge (4 resource(s))",
+        "deploying knee-other-2",
+    ):
         p.read(line)
         seen.append(p.stages["knee-m1-1-g6-xlarge"])
     assert seen == ["deploying", "ready", "benchmarking", "benchmarking", "deleting", "deleted", "deleted"]

@@ -137,8 +137,7 @@ async def test_escape_while_measuring_tears_every_endpoint_down(aws, tmp_path, m
             screen = await _open_recommend(pilot, app)
             await _ask_and_confirm(pilot, app, aws)
             panel = screen.measure_panel
-            await wait_until(pilot, lambda: any("measuring c=" in x for x in panel.lines), timeout=120,
-                             what="the first load point")
+            await wait_until(pilot, lambda: any("measuring c=" in x for x in panel.lines), timeout=120, what="the first load point")
             assert len(_leftovers(aws)["endpoints"]) == 2  # both up, side by side
             await pilot.press("q")  # held: quitting now would leave them billed
             await pilot.pause()

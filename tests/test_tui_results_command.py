@@ -28,5 +28,4 @@ def test_a_simulated_studys_best_configuration_shows_its_vllm_command(tmp_path, 
     out = capsys.readouterr().out
     assert "command: sim " not in out
     lines = [line for line in out.splitlines() if "command" in line]
-    assert lines == ["  command on a GPU (simulated here): vllm serve Qwen/Qwen3-4B --max-num-seqs=64 "
-                     "--tensor-parallel-size=2"], out
+    assert lines == ["  command on a GPU (simulated here): vllm serve Qwen/Qwen3-4B --max-num-seqs=64 --tensor-parallel-size=2"], out

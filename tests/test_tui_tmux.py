@@ -34,12 +34,10 @@ class Tmux:
         self.socket = f"knee-test-{os.getpid()}-{tmp_path.name}"
         self.session = "knee"
         self.cwd = tmp_path
-        self.env = {**os.environ, "KNEE_WORKSPACE": str(tmp_path / ".knee"), "HF_HUB_OFFLINE": "1",
-                    "TERM": "xterm-256color"}
+        self.env = {**os.environ, "KNEE_WORKSPACE": str(tmp_path / ".knee"), "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
 
     def run(self, *args: str) -> str:
-        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=self.env,
-                             cwd=self.cwd, timeout=30)
+        out = subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=self.env, cwd=self.cwd, timeout=30)
         return out.stdout
 
     def start(self, command: str, width: int = 100, height: int = 30) -> None:
@@ -134,10 +132,12 @@ def test_drive_plan_estimate_sweep_and_pareto_then_quit(tmux, tmp_path):
 
 def test_killing_the_app_mid_sweep_leaves_the_sweep_running(tmux, tmp_path):
     plan_file = tmp_path / "plan.toml"
-    demo_plan().model_copy(update={
-        "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
-        "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
-    }).save(plan_file)
+    demo_plan().model_copy(
+        update={
+            "server_args": "tensor_parallel_size=[1,2,4];max_num_seqs=[16,32,64,128,256]",
+            "client_args": "max_concurrency=[8,16,32,64,128,256];num_prompts=3000",
+        }
+    ).save(plan_file)
     tmux.start(f"{knee_bin()} --plan {plan_file}")
     try:
         tmux.wait_for("Model and hardware")
@@ -149,9 +149,15 @@ def test_killing_the_app_mid_sweep_leaves_the_sweep_running(tmux, tmp_path):
         # Ctrl-C at a terminal reaches a process whose SIGINT is not ignored; a test run started
         # in the background (a CI script's `cmd &`) hands its children SIGINT ignored, and then
         # the SIGINT below would do nothing and the view would follow the sweep to its end.
-        attach = subprocess.Popen([knee_bin(), "attach"], cwd=tmp_path, env=tmux.env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True,
-                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        attach = subprocess.Popen(
+            [knee_bin(), "attach"],
+            cwd=tmp_path,
+            env=tmux.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         # Detach once it has attached (not after a fixed sleep, which a busy machine outlasts).
         seen = []
         watchdog = threading.Timer(60, attach.kill)

@@ -24,9 +24,9 @@ B = lease.Worker("beta:202:bb", "beta", 202)
 
 def _join(storage: str, study: str, mixed: bool = False) -> dict[str, str]:
     """Make ``study`` one that workers A and B share: A finished one configuration and holds
-    another, B holds a third with a point in flight; every stored point names its storer (A's
-two configurations' points A, the rest B).
-    With ``mixed``, A ran on 8 H100s and B on 4 A100s. Returns point id -> host."""
+        another, B holds a third with a point in flight; every stored point names its storer (A's
+    two configurations' points A, the rest B).
+        With ``mixed``, A ran on 8 H100s and B on 4 A100s. Returns point id -> host."""
     store = StudyStore(storage)
     try:
         trials = store.trials(study)
@@ -49,8 +49,9 @@ two configurations' points A, the rest B).
                 gpu = ("H100", 8) if w is A else ("A100", 4)
                 store.record_trial_host(study, t.trial_id, w.id, host=w.host, gpu_type=gpu[0], gpu_count=gpu[1], engine="sim", simulated=True)
             info = store.study(study)["info"]
-            store.set_study(study, info={**info, "join": True, "mixed_hardware": True,
-                                         "hardware": {"gpu_type": "H100", "gpu_count": 8, "simulated": True}})
+            store.set_study(
+                study, info={**info, "join": True, "mixed_hardware": True, "hardware": {"gpu_type": "H100", "gpu_count": 8, "simulated": True}}
+            )
         return hosts
     finally:
         store.close()
@@ -84,8 +85,11 @@ async def test_the_sweep_screen_lists_both_workers_and_a_host_per_point(joined_s
         trials = screen.query_one(TrialTable)
         # The trial table keeps room for rows under the worker table, even at 24 lines.
         assert trials.region.height >= 4
-        await wait_until(pilot, lambda: HOST_COLUMN in trials.columns and all(
-            trials.get_cell(k, HOST_COLUMN) == h for k, h in hosts.items()), what="the host of every point")
+        await wait_until(
+            pilot,
+            lambda: HOST_COLUMN in trials.columns and all(trials.get_cell(k, HOST_COLUMN) == h for k, h in hosts.items()),
+            what="the host of every point",
+        )
 
 
 async def test_a_study_without_workers_shows_no_worker_table_nor_host_column(joined_storage):
@@ -98,8 +102,9 @@ async def test_a_study_without_workers_shows_no_worker_table_nor_host_column(joi
         trials = screen.query_one(TrialTable)
         await wait_until(pilot, lambda: HOST_COLUMN in trials.columns, what="the joined study's host column")
         app.follow("alone")
-        await wait_until(pilot, lambda: app.sweep is not None and app.sweep.study == "alone" and trials.row_count > 0,
-                         what="the study one runner ran")
+        await wait_until(
+            pilot, lambda: app.sweep is not None and app.sweep.study == "alone" and trials.row_count > 0, what="the study one runner ran"
+        )
         await settle(pilot)
         assert app.sweep is not None and app.sweep.workers == ()
         assert not screen.has_class("-workers") and screen.query_one(WorkerTable).region.height == 0
@@ -145,25 +150,55 @@ async def test_pareto_of_a_study_on_one_kind_of_box_has_no_hardware_key(joined_s
 def test_worker_rows_shorten_the_states_knee_results_prints():
     from tui.data.workers import worker_views
 
-    views = worker_views([
-        {"worker": "h:1:a", "host": "h", "pid": 1, "state": "presumed dead (its lease expired and was taken over)",
-         "trial_id": None, "inflight": None, "heartbeat_age_s": 75.6, "configurations_done": 2},
-        {"worker": "g:2:b", "host": "g", "pid": 2, "state": "silent (its lease expired; another worker will take the configuration over)",
-         "trial_id": 4, "inflight": None, "heartbeat_age_s": 61.2, "configurations_done": 0},
-        {"worker": "f:3:c", "host": "f", "pid": 3, "state": "waiting for a configuration",
-         "trial_id": None, "inflight": None, "heartbeat_age_s": None, "configurations_done": 1},
-    ])
+    views = worker_views(
+        [
+            {
+                "worker": "h:1:a",
+                "host": "h",
+                "pid": 1,
+                "state": "presumed dead (its lease expired and was taken over)",
+                "trial_id": None,
+                "inflight": None,
+                "heartbeat_age_s": 75.6,
+                "configurations_done": 2,
+            },
+            {
+                "worker": "g:2:b",
+                "host": "g",
+                "pid": 2,
+                "state": "silent (its lease expired; another worker will take the configuration over)",
+                "trial_id": 4,
+                "inflight": None,
+                "heartbeat_age_s": 61.2,
+                "configurations_done": 0,
+            },
+            {
+                "worker": "f:3:c",
+                "host": "f",
+                "pid": 3,
+                "state": "waiting for a configuration",
+                "trial_id": None,
+                "inflight": None,
+                "heartbeat_age_s": None,
+                "configurations_done": 1,
+            },
+        ]
+    )
     assert [(v.name, v.state, v.held, v.heartbeat_s, v.done) for v in views] == [
-        ("h:1", "presumed dead", "", 75, 2), ("g:2", "silent", "trial 4", 61, 0), ("f:3", "waiting", "", None, 1)]
+        ("h:1", "presumed dead", "", 75, 2),
+        ("g:2", "silent", "trial 4", 61, 0),
+        ("f:3", "waiting", "", None, 1),
+    ]
 
 
 def test_a_point_takes_the_hardware_of_the_launch_that_stored_it():
     from tui.data.workers import point_classes
 
-    pts = [SimpleNamespace(point_id="p1", trial_id=0), SimpleNamespace(point_id="p2", trial_id=0),
-           SimpleNamespace(point_id="p3", trial_id=1)]
-    launches = [{"trial_id": 0, "worker": "a", "gpu_type": "H100", "gpu_count": 8},
-                {"trial_id": 0, "worker": "b", "gpu_type": "A100", "gpu_count": 4},  # a re-run after a died
-                {"trial_id": 1, "worker": "b", "gpu_type": "A100", "gpu_count": 4}]
+    pts = [SimpleNamespace(point_id="p1", trial_id=0), SimpleNamespace(point_id="p2", trial_id=0), SimpleNamespace(point_id="p3", trial_id=1)]
+    launches = [
+        {"trial_id": 0, "worker": "a", "gpu_type": "H100", "gpu_count": 8},
+        {"trial_id": 0, "worker": "b", "gpu_type": "A100", "gpu_count": 4},  # a re-run after a died
+        {"trial_id": 1, "worker": "b", "gpu_type": "A100", "gpu_count": 4},
+    ]
     stored_by = {"p1": {"worker": "a"}, "p2": {"worker": "b"}}  # p3's storer was not recorded
     assert point_classes(pts, stored_by, launches) == {"p1": "H100 x8", "p2": "A100 x4", "p3": "A100 x4"}

@@ -50,16 +50,20 @@ class KneeApp(App[None]):
     # Every screen's stylesheet is parsed once at start-up: a screen-level CSS_PATH would be
     # parsed, and the whole DOM restyled, on the first visit to that screen.
     CSS_PATH = ["app.tcss", *(f"screens/{mode}.tcss" for mode, _ in MODE_TITLES)]
-    MODES = {"plan": PlanScreen, "estimate": EstimateScreen, "sweep": SweepScreen, "pareto": ParetoScreen,
-             "deploy": DeployScreen, "recommend": RecommendScreen}
+    MODES = {
+        "plan": PlanScreen,
+        "estimate": EstimateScreen,
+        "sweep": SweepScreen,
+        "pareto": ParetoScreen,
+        "deploy": DeployScreen,
+        "recommend": RecommendScreen,
+    }
     DEFAULT_MODE = "plan"
     BINDINGS = [
         # The mode bar shows the digits, so the footer leaves them out.
-        *(Binding(key, f"app.switch_mode('{mode}')", title, show=False, tooltip=f"Show the {title} screen")
-          for mode, title, key, _ in MODE_KEYS),
+        *(Binding(key, f"app.switch_mode('{mode}')", title, show=False, tooltip=f"Show the {title} screen") for mode, title, key, _ in MODE_KEYS),
         # Function keys switch modes even while typing in a field (where the digits type).
-        *(Binding(fkey, f"app.switch_mode('{mode}')", title, show=False, priority=True)
-          for mode, title, _, fkey in MODE_KEYS),
+        *(Binding(fkey, f"app.switch_mode('{mode}')", title, show=False, priority=True) for mode, title, _, fkey in MODE_KEYS),
         Binding("q", "quit", "Quit"),
         Binding("t", "toggle_theme", "Light/dark", show=False),
     ]
@@ -71,8 +75,15 @@ class KneeApp(App[None]):
     selection: var[Selection | None] = var(None, init=False)
     """The configuration chosen on the Pareto screen, for Deploy."""
 
-    def __init__(self, plan: Plan | None = None, plan_path: Path | None = None, storage: str | None = None,
-                 study: str | None = None, deploy_clients: Any = None, deploy_options: Any = None) -> None:
+    def __init__(
+        self,
+        plan: Plan | None = None,
+        plan_path: Path | None = None,
+        storage: str | None = None,
+        study: str | None = None,
+        deploy_clients: Any = None,
+        deploy_options: Any = None,
+    ) -> None:
         super().__init__()
         self.plan_path = plan_path
         self.sweep_control = SweepControl(storage)
@@ -185,8 +196,7 @@ class KneeApp(App[None]):
         if self.measuring_on_sagemaker:
             # Quitting now would leave billed endpoints behind: the Recommend screen's
             # Escape cancels the measurement and deletes them first.
-            self.notify("a measurement on SageMaker is running: on Recommend, Escape cancels it and deletes its endpoints",
-                        severity="warning")
+            self.notify("a measurement on SageMaker is running: on Recommend, Escape cancels it and deletes its endpoints", severity="warning")
             return
         snap = self.sweep
         if snap is None or not snap.running:
@@ -208,31 +218,36 @@ class KneeApp(App[None]):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for mode, title, key, _ in MODE_KEYS:
-            yield SystemCommand(f"Go to {title}", f"Switch to the {title} screen ({key})",
-                                lambda m=mode: self.switch_mode(m))
-        yield SystemCommand("Start sweep", "Sweep the current plan in its own process",
-                            lambda: self.start_sweep(self.plan))
-        yield SystemCommand("Attach to the latest sweep", "Follow the newest study in the workspace",
-                            self.attach_latest)
-        yield SystemCommand("Demo plan", "Reset the plan to the demo (Qwen3-4B on ml.g6.12xlarge)",
-                            lambda: self.use_plan(demo_plan()))
-        yield SystemCommand("Toggle light/dark", "Switch between the light and dark themes (t)",
-                            self.action_toggle_theme)
+            yield SystemCommand(f"Go to {title}", f"Switch to the {title} screen ({key})", lambda m=mode: self.switch_mode(m))
+        yield SystemCommand("Start sweep", "Sweep the current plan in its own process", lambda: self.start_sweep(self.plan))
+        yield SystemCommand("Attach to the latest sweep", "Follow the newest study in the workspace", self.attach_latest)
+        yield SystemCommand("Demo plan", "Reset the plan to the demo (Qwen3-4B on ml.g6.12xlarge)", lambda: self.use_plan(demo_plan()))
+        yield SystemCommand("Toggle light/dark", "Switch between the light and dark themes (t)", self.action_toggle_theme)
         # The catalogs, searchable by the palette's fuzzy match: pick a model or an instance.
         from core.catalog import bundled_models, instances
 
         for ref in bundled_models():
-            yield SystemCommand(f"Model: {ref}", "Plan this model (bundled architecture)",
-                                lambda r=ref: self.use_plan(self.plan.model_copy(update={"model": r})))
+            yield SystemCommand(
+                f"Model: {ref}", "Plan this model (bundled architecture)", lambda r=ref: self.use_plan(self.plan.model_copy(update={"model": r}))
+            )
         for inst in sorted(instances().values(), key=lambda i: i.name):
             price = f", ${inst.price_per_hour:.2f}/h" if inst.price_per_hour else ""
-            yield SystemCommand(f"Instance: {inst.name}", f"{inst.num_gpus}x {inst.gpu}{price}",
-                                lambda n=inst.name: self.use_plan(self.plan.model_copy(
-                                    update={"instance": n, "gpu": None, "num_gpus": None})))
+            yield SystemCommand(
+                f"Instance: {inst.name}",
+                f"{inst.num_gpus}x {inst.gpu}{price}",
+                lambda n=inst.name: self.use_plan(self.plan.model_copy(update={"instance": n, "gpu": None, "num_gpus": None})),
+            )
 
 
-def make_app(plan: Plan | None = None, plan_path: str | Path | None = None, *, storage: str | None = None,
-             study: str | None = None, deploy_clients: Any = None, deploy_options: Any = None) -> KneeApp:
+def make_app(
+    plan: Plan | None = None,
+    plan_path: str | Path | None = None,
+    *,
+    storage: str | None = None,
+    study: str | None = None,
+    deploy_clients: Any = None,
+    deploy_options: Any = None,
+) -> KneeApp:
     """The one way to build the app: the CLI, the tests and the screenshot script call it.
 
     Args:
@@ -248,5 +263,6 @@ def make_app(plan: Plan | None = None, plan_path: str | Path | None = None, *, s
     path = Path(plan_path) if plan_path else None
     if plan is None and path is not None and path.exists():
         plan = Plan.load(path)
-    return KneeApp(plan=plan or demo_plan(), plan_path=path, storage=storage, study=study,
-                   deploy_clients=deploy_clients, deploy_options=deploy_options)
+    return KneeApp(
+        plan=plan or demo_plan(), plan_path=path, storage=storage, study=study, deploy_clients=deploy_clients, deploy_options=deploy_options
+    )

@@ -3,7 +3,18 @@
 from core.catalog.hardware import get_gpu, get_instance, gpus, instance_gpu, instances, resolve_hardware
 from core.catalog.models import bundled_models, load_model
 
-__all__ = ["get_gpu", "get_instance", "gpus", "instance_gpu", "instances", "resolve_hardware", "bundled_models", "load_model", "plan_arch", "plan_hardware"]
+__all__ = [
+    "get_gpu",
+    "get_instance",
+    "gpus",
+    "instance_gpu",
+    "instances",
+    "resolve_hardware",
+    "bundled_models",
+    "load_model",
+    "plan_arch",
+    "plan_hardware",
+]
 
 
 def plan_hardware(plan):

@@ -35,12 +35,42 @@ _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp
 # (RefinedWeb, RefinedWebModel), whose config class does not set it, tie too.
 _TIED_BY_DEFAULT = frozenset(
     {
-        "RefinedWeb", "RefinedWebModel", "bloom", "cohere", "cohere2", "cohere2_moe",
-        "ernie4_5", "ernie4_5_moe", "falcon", "falcon_mamba", "gemma", "gemma2", "gemma3",
-        "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text", "gpt2",
-        "gpt_bigcode", "gpt_neo", "granite_swa", "jetmoe", "lfm2", "lfm2_moe", "mamba",
-        "minicpm3", "mpt", "opt", "recurrent_gemma", "smollm3", "starcoder2", "vaultgemma",
-        "xglm", "zamba", "zamba2",
+        "RefinedWeb",
+        "RefinedWebModel",
+        "bloom",
+        "cohere",
+        "cohere2",
+        "cohere2_moe",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "falcon",
+        "falcon_mamba",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "gemma3n",
+        "gemma3n_text",
+        "gemma4",
+        "gemma4_text",
+        "gpt2",
+        "gpt_bigcode",
+        "gpt_neo",
+        "granite_swa",
+        "jetmoe",
+        "lfm2",
+        "lfm2_moe",
+        "mamba",
+        "minicpm3",
+        "mpt",
+        "opt",
+        "recurrent_gemma",
+        "smollm3",
+        "starcoder2",
+        "vaultgemma",
+        "xglm",
+        "zamba",
+        "zamba2",
     }
 )
 
@@ -109,7 +139,12 @@ def _read_local(path: Path) -> dict[str, Any]:
     text_config = raw.get("text_config")
     inner: dict = text_config if isinstance(text_config, dict) else raw
     # AutoConfig would fill the gaps with the class defaults (a 7B Llama); refuse instead.
-    for keys in (("hidden_size", "n_embd", "d_model"), ("num_hidden_layers", "n_layer", "num_layers"), ("num_attention_heads", "n_head"), ("vocab_size",)):
+    for keys in (
+        ("hidden_size", "n_embd", "d_model"),
+        ("num_hidden_layers", "n_layer", "num_layers"),
+        ("num_attention_heads", "n_head"),
+        ("vocab_size",),
+    ):
         if not any(inner.get(k) is not None for k in keys):
             raise BadInput(
                 f"config for {str(path)!r} lacks {keys[0]} (one of hidden_size, num_hidden_layers, num_attention_heads, vocab_size)",
@@ -138,9 +173,7 @@ def load_config_dict(ref: str, offline: bool | None = None) -> tuple[dict[str, A
     if "/" not in ref:
         raise BadInput(
             f"unknown model {ref!r}",
-            "give a Hugging Face id like Qwen/Qwen3-4B or a local directory; bundled: "
-            + ", ".join(bundled_models()[:6])
-            + ", ...",
+            "give a Hugging Face id like Qwen/Qwen3-4B or a local directory; bundled: " + ", ".join(bundled_models()[:6]) + ", ...",
         )
     try:
         return _autoconfig(ref, local_only=True), "HF cache"
@@ -255,7 +288,18 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
     # Falcon configs name no activation (FalconConfig's default is gelu, a plain 2-matrix MLP).
     default_act = "gelu" if model_type in ("falcon", "RefinedWeb", "RefinedWebModel") else "silu"
     act = str(_get(cfg, "hidden_act", "activation_function", "activation", default=default_act)).lower()
-    gated = act in ("silu", "swiglu", "swish") or model_type in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gpt_oss", "gemma", "gemma2", "gemma3_text")
+    gated = act in ("silu", "swiglu", "swish") or model_type in (
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen3_moe",
+        "gpt_oss",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+    )
 
     experts = num.get("num_local_experts", "num_experts", "n_routed_experts", default=0, minimum=0)
     top_k = num.get("num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0)
@@ -278,9 +322,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
         step = num.get("decoder_sparse_step", "interleave_moe_layer_step", default=1)
         dense_only = set(cfg.get("mlp_only_layers") or [])
         first_dense = num.get("first_k_dense_replace", default=0, minimum=0)
-        moe_layers = tuple(
-            i for i in range(layers) if i >= first_dense and i not in dense_only and (i + 1) % step == 0
-        )
+        moe_layers = tuple(i for i in range(layers) if i >= first_dense and i not in dense_only and (i + 1) % step == 0)
 
     # null/false/0 mean no window (seen in real configs); anything else must be a count.
     window = None if cfg.get("sliding_window") in (None, False, 0) else num.get("sliding_window")

@@ -61,9 +61,9 @@ class ApplyResult(BaseModel):
     invoke_hint: str
 
 
-
-def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None = None,
-               progress: Progress | None = None, options: ApplyOptions | None = None) -> ApplyResult:
+def apply_plan(
+    plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None = None, progress: Progress | None = None, options: ApplyOptions | None = None
+) -> ApplyResult:
     """Create the plan's resources. ``confirmed`` must be True: the caller has shown the
     plan and the user agreed (``--yes`` counts). Raises :class:`BadInput` before anything
     is created (no role, unresolvable token, a name taken by something knee did not make)
@@ -91,16 +91,24 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
             d = run.describe(kind, name)
             if d is not None:
                 if not run.knee_made(kind, d):
-                    raise BadInput(f"a {kind.replace('_', ' ')} named {name} exists and was not made by knee",
-                                   "delete it or pass --name to deploy under another name")
+                    raise BadInput(
+                        f"a {kind.replace('_', ' ')} named {name} exists and was not made by knee",
+                        "delete it or pass --name to deploy under another name",
+                    )
                 existing[(kind, name)] = d
 
     try:
         for call in plan.calls:
             run.check_cancel()
             kind = call.operation.removeprefix("create_")
-            name = call.params[{"model": "ModelName", "endpoint_config": "EndpointConfigName", "endpoint": "EndpointName",
-                                "inference_component": "InferenceComponentName"}[kind]]
+            name = call.params[
+                {
+                    "model": "ModelName",
+                    "endpoint_config": "EndpointConfigName",
+                    "endpoint": "EndpointName",
+                    "inference_component": "InferenceComponentName",
+                }[kind]
+            ]
             label = kind.replace("_", " ")
             if (kind, name) in existing:
                 reused.append((kind, name))
@@ -128,8 +136,12 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
             smoke = smoke_test(plan, clients, redact)
             if not smoke.ok:
                 raise RunFailed(f"smoke test failed: {smoke.error}")
-            run.emit("smoke_test", "done", f"smoke test ok: first byte after {smoke.first_byte_s:.2f} s, "
-                     f"{smoke.events} events, {smoke.bytes} bytes", plan.endpoint_name)
+            run.emit(
+                "smoke_test",
+                "done",
+                f"smoke test ok: first byte after {smoke.first_byte_s:.2f} s, {smoke.events} events, {smoke.bytes} bytes",
+                plan.endpoint_name,
+            )
     except BaseException as e:  # noqa: BLE001 - Ctrl-C must roll back too
         msg = redact(str(e) or type(e).__name__)
         run.emit("apply", "failed", msg)
@@ -148,10 +160,15 @@ def apply_plan(plan: DeployPlan, *, confirmed: bool, clients: AwsClients | None 
     # endpoint also needs the component's name on each invocation.
     fmt = f" --sagemaker-format {plan.container}" if plan.container in ("lmi", "vllm") else ""
     ic = f" --inference-component {plan.inference_component_name}" if plan.inference_component_name else ""
-    return ApplyResult(name=plan.name, endpoint_name=plan.endpoint_name, created=created, reused=reused, smoke=smoke,
-                       elapsed_s=time.monotonic() - run.t0,
-                       invoke_hint=f"knee bench --sagemaker-endpoint {plan.endpoint_name}{ic}{fmt} --region {plan.region} "
-                                   f"--model {plan.source.config.model}")
+    return ApplyResult(
+        name=plan.name,
+        endpoint_name=plan.endpoint_name,
+        created=created,
+        reused=reused,
+        smoke=smoke,
+        elapsed_s=time.monotonic() - run.t0,
+        invoke_hint=f"knee bench --sagemaker-endpoint {plan.endpoint_name}{ic}{fmt} --region {plan.region} --model {plan.source.config.model}",
+    )
 
 
 def _rollback(run: _Run, created: list[tuple[str, str]]) -> None:

@@ -54,9 +54,11 @@ def make_clients(region: str, endpoint_url: str | None = None) -> AwsClients:
     kw: dict[str, Any] = {"region_name": region, "config": cfg}
     if endpoint_url:
         kw["endpoint_url"] = endpoint_url
-    return AwsClients(sagemaker=session.client("sagemaker", **kw),
-                      runtime=session.client("sagemaker-runtime", **kw),
-                      secretsmanager=session.client("secretsmanager", **kw))
+    return AwsClients(
+        sagemaker=session.client("sagemaker", **kw),
+        runtime=session.client("sagemaker-runtime", **kw),
+        secretsmanager=session.client("secretsmanager", **kw),
+    )
 
 
 def check_region(region: str) -> None:
@@ -70,8 +72,9 @@ def check_region(region: str) -> None:
         import difflib
 
         close = difflib.get_close_matches(region, sorted(known), n=3)
-        raise BadInput(f"unknown region {region!r}: SageMaker is not offered there",
-                       f"did you mean {', '.join(close)}?" if close else "e.g. us-east-1")
+        raise BadInput(
+            f"unknown region {region!r}: SageMaker is not offered there", f"did you mean {', '.join(close)}?" if close else "e.g. us-east-1"
+        )
 
 
 @dataclass
@@ -91,7 +94,8 @@ def _err_code(e: Exception) -> str:
 def _is_not_found(e: Exception) -> bool:
     msg = str(e).lower()
     return _err_code(e) in ("ValidationException", "ResourceNotFound", "ResourceNotFoundException") and (
-        "could not find" in msg or "not found" in msg or "does not exist" in msg or "cannot find" in msg)
+        "could not find" in msg or "not found" in msg or "does not exist" in msg or "cannot find" in msg
+    )
 
 
 def _boto_errors() -> tuple[type[Exception], ...]:
@@ -117,8 +121,7 @@ def _translate(e: Exception, what: str, redact: Redactor | None = None) -> KneeE
         return BadInput("no AWS credentials found", "set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
     if isinstance(e, NoRegionError):
         return BadInput("no AWS region", "pass --region")
-    if _err_code(e) in ("AccessDeniedException", "AccessDenied", "UnrecognizedClientException", "ExpiredTokenException",
-                        "InvalidClientTokenId"):
+    if _err_code(e) in ("AccessDeniedException", "AccessDenied", "UnrecognizedClientException", "ExpiredTokenException", "InvalidClientTokenId"):
         return BadInput(f"{what}: AWS refused the credentials ({_err_code(e)})", "check the profile and its permissions")
     msg = f"{what}: {e}"
     return RunFailed(redact(msg) if redact else msg)

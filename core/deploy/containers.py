@@ -103,8 +103,7 @@ def _extra_conflict(cfg: ServerConfig) -> None:
         s = _snake(k)
         s = s[3:] if s.startswith("no_") else s
         if s in KNOBS or s in aliases:
-            raise BadInput(f"extra argument {k!r} duplicates the tuned knob {aliases.get(s, s)}",
-                           "set it through the knob, not extra_args")
+            raise BadInput(f"extra argument {k!r} duplicates the tuned knob {aliases.get(s, s)}", "set it through the knob, not extra_args")
 
 
 # ---- LMI -------------------------------------------------------------------------------
@@ -118,8 +117,12 @@ def lmi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
 
     put("tp", cfg.tp, "OPTION_TENSOR_PARALLEL_DEGREE")
     # Always explicit: LMI's default is 256 before v17 and 32 from v17 (async mode).
-    put("max_num_seqs", cfg.seqs, "OPTION_MAX_ROLLING_BATCH_SIZE",
-        note="" if cfg.max_num_seqs else "vLLM's default 256, set explicitly: LMI v17+ would use 32")
+    put(
+        "max_num_seqs",
+        cfg.seqs,
+        "OPTION_MAX_ROLLING_BATCH_SIZE",
+        note="" if cfg.max_num_seqs else "vLLM's default 256, set explicitly: LMI v17+ would use 32",
+    )
     if cfg.max_num_batched_tokens is not None:
         put("max_num_batched_tokens", cfg.max_num_batched_tokens, "OPTION_MAX_NUM_BATCHED_TOKENS")
     else:
@@ -138,8 +141,12 @@ def lmi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
     else:
         rep.append(KnobMapping(knob="kv_cache_dtype", value="auto", status="default"))
     # Explicit either way: the default has changed across vLLM versions.
-    put("enable_prefix_caching", cfg.enable_prefix_caching, "OPTION_ENABLE_PREFIX_CACHING",
-        note="vLLM EngineArgs pass-through; false becomes --no-enable-prefix-caching")
+    put(
+        "enable_prefix_caching",
+        cfg.enable_prefix_caching,
+        "OPTION_ENABLE_PREFIX_CACHING",
+        note="vLLM EngineArgs pass-through; false becomes --no-enable-prefix-caching",
+    )
     if cfg.dp > 1:
         put("dp", cfg.dp, "OPTION_DATA_PARALLEL_SIZE", note="vLLM EngineArgs pass-through")
     else:
@@ -163,10 +170,12 @@ def vllm_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
         put("dp", cfg.dp, "SM_VLLM_DATA_PARALLEL_SIZE")
     else:
         rep.append(KnobMapping(knob="dp", value=1, status="default"))
-    for knob, var in (("max_num_batched_tokens", "SM_VLLM_MAX_NUM_BATCHED_TOKENS"),
-                      ("max_num_seqs", "SM_VLLM_MAX_NUM_SEQS"),
-                      ("max_model_len", "SM_VLLM_MAX_MODEL_LEN"),
-                      ("quantization", "SM_VLLM_QUANTIZATION")):
+    for knob, var in (
+        ("max_num_batched_tokens", "SM_VLLM_MAX_NUM_BATCHED_TOKENS"),
+        ("max_num_seqs", "SM_VLLM_MAX_NUM_SEQS"),
+        ("max_model_len", "SM_VLLM_MAX_MODEL_LEN"),
+        ("quantization", "SM_VLLM_QUANTIZATION"),
+    ):
         v = getattr(cfg, knob)
         if v is not None:
             put(knob, v, var)
@@ -181,8 +190,13 @@ def vllm_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
     if cfg.enable_prefix_caching:
         put("enable_prefix_caching", True, "SM_VLLM_ENABLE_PREFIX_CACHING")
     else:
-        put("enable_prefix_caching", False, "SM_VLLM_NO_ENABLE_PREFIX_CACHING", env_value="true",
-            note="SM_VLLM_*=false omits the flag, so the negated flag is set")
+        put(
+            "enable_prefix_caching",
+            False,
+            "SM_VLLM_NO_ENABLE_PREFIX_CACHING",
+            env_value="true",
+            note="SM_VLLM_*=false omits the flag, so the negated flag is set",
+        )
     for k, v in cfg.extra_args.items():
         name = _snake(k).upper()
         if v is False:
@@ -214,13 +228,23 @@ def tgi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
     else:
         rep.append(KnobMapping(knob="dp", value=1, status="default"))
     if cfg.max_num_batched_tokens is not None:
-        put("max_num_batched_tokens", cfg.max_num_batched_tokens, "MAX_BATCH_PREFILL_TOKENS", status="approximate",
-            note="TGI budgets prefill tokens per batch; vLLM budgets all tokens per step")
+        put(
+            "max_num_batched_tokens",
+            cfg.max_num_batched_tokens,
+            "MAX_BATCH_PREFILL_TOKENS",
+            status="approximate",
+            note="TGI budgets prefill tokens per batch; vLLM budgets all tokens per step",
+        )
     else:
         rep.append(KnobMapping(knob="max_num_batched_tokens", value=None, status="default"))
     if cfg.max_num_seqs is not None:
-        put("max_num_seqs", cfg.max_num_seqs, "MAX_BATCH_SIZE", status="approximate",
-            note="TGI enforces MAX_BATCH_SIZE only on hardware without unpadded inference; on CUDA the batch is bounded by MAX_BATCH_TOTAL_TOKENS")
+        put(
+            "max_num_seqs",
+            cfg.max_num_seqs,
+            "MAX_BATCH_SIZE",
+            status="approximate",
+            note="TGI enforces MAX_BATCH_SIZE only on hardware without unpadded inference; on CUDA the batch is bounded by MAX_BATCH_TOTAL_TOKENS",
+        )
     else:
         rep.append(KnobMapping(knob="max_num_seqs", value=None, status="default"))
     if cfg.max_model_len is not None:
@@ -228,8 +252,13 @@ def tgi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
         env["MAX_INPUT_TOKENS"] = str(max(1, cfg.max_model_len - 1))
     else:
         rep.append(KnobMapping(knob="max_model_len", value=None, status="default"))
-    put("gpu_memory_utilization", cfg.gpu_memory_utilization, "CUDA_MEMORY_FRACTION", status="approximate",
-        note="TGI's fraction bounds the process's share of GPU memory, as vLLM's does")
+    put(
+        "gpu_memory_utilization",
+        cfg.gpu_memory_utilization,
+        "CUDA_MEMORY_FRACTION",
+        status="approximate",
+        note="TGI's fraction bounds the process's share of GPU memory, as vLLM's does",
+    )
     if cfg.quantization:
         if cfg.quantization.lower() in _TGI_QUANT:
             put("quantization", cfg.quantization, "HF_MODEL_QUANTIZE", note="the entrypoint maps it to QUANTIZE")
@@ -246,9 +275,14 @@ def tgi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
     else:
         rep.append(KnobMapping(knob="kv_cache_dtype", value="auto", status="default"))
     # TGI 3 reads PREFIX_CACHING from the environment (on by default with flashinfer).
-    put("enable_prefix_caching", cfg.enable_prefix_caching, "PREFIX_CACHING",
-        env_value="1" if cfg.enable_prefix_caching else "0", status="approximate",
-        note="TGI 3 server env var [uncertain]")
+    put(
+        "enable_prefix_caching",
+        cfg.enable_prefix_caching,
+        "PREFIX_CACHING",
+        env_value="1" if cfg.enable_prefix_caching else "0",
+        status="approximate",
+        note="TGI 3 server env var [uncertain]",
+    )
     for k, v in cfg.extra_args.items():
         env[_snake(k).upper()] = _s(v)
     return env, rep
@@ -334,8 +368,8 @@ def resolve_image(container: str, region: str, version: str | None = None) -> Im
         msg = str(e)
         if "region" in msg.lower():
             raise BadInput(f"unknown region {region!r}: the sagemaker SDK has no {fl.sdk_framework} image there") from None
-        raise BadInput(f"unknown {container} image version {ver!r}",
-                       f"the sagemaker SDK knows {', '.join(versions[-6:])}") from None
+        raise BadInput(f"unknown {container} image version {ver!r}", f"the sagemaker SDK knows {', '.join(versions[-6:])}") from None
     sdk = _dist_version("sagemaker-core")
-    return Image(uri=uri, version=ver,
-                 source=f"sagemaker-core {sdk} image_uris.retrieve(framework={fl.sdk_framework!r}, region={region!r}, version={ver!r})")
+    return Image(
+        uri=uri, version=ver, source=f"sagemaker-core {sdk} image_uris.retrieve(framework={fl.sdk_framework!r}, region={region!r}, version={ver!r})"
+    )

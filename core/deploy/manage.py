@@ -64,9 +64,16 @@ def _discover(run: _Run, name: str) -> tuple[dict | None, list[str], list[str], 
     return ep, ics, configs, models
 
 
-def delete_deployment(name: str, *, confirmed: bool, region: str = "us-east-1", clients: AwsClients | None = None,
-                      progress: Progress | None = None, options: ApplyOptions | None = None,
-                      force: bool = False) -> DeleteResult:
+def delete_deployment(
+    name: str,
+    *,
+    confirmed: bool,
+    region: str = "us-east-1",
+    clients: AwsClients | None = None,
+    progress: Progress | None = None,
+    options: ApplyOptions | None = None,
+    force: bool = False,
+) -> DeleteResult:
     """Remove a deployment: inference components (waiting until gone), the endpoint
     (waiting), its endpoint configs, then its models. Only resources tagged as made by knee
     are removed unless ``force``."""
@@ -77,8 +84,9 @@ def delete_deployment(name: str, *, confirmed: bool, region: str = "us-east-1", 
     with _aws_errors(f"cannot read SageMaker in {region}"):
         ep, ics, configs, models = _discover(run, name)
     result = DeleteResult(name=name, deleted=[], not_found=[], skipped=[])
-    order = [("inference_component", n) for n in ics] + [("endpoint", name)] + \
-            [("endpoint_config", n) for n in configs] + [("model", n) for n in models]
+    order = (
+        [("inference_component", n) for n in ics] + [("endpoint", name)] + [("endpoint_config", n) for n in configs] + [("model", n) for n in models]
+    )
     with _aws_errors("delete stopped at a failed call"):
         for kind, n in order:
             d = ep if kind == "endpoint" else run.describe(kind, n)
@@ -114,10 +122,16 @@ def _describe(run: _Run, name: str) -> DeploymentStatus:
     managed = False
     if ep is not None:
         managed = run.knee_made("endpoint", ep)
-        endpoint = {"name": name, "status": ep.get("EndpointStatus"), "config": ep.get("EndpointConfigName"),
-                    "variants": [{"name": v.get("VariantName"), "instances": v.get("CurrentInstanceCount"),
-                                  "desired_instances": v.get("DesiredInstanceCount")} for v in ep.get("ProductionVariants", [])],
-                    "failure_reason": ep.get("FailureReason")}
+        endpoint = {
+            "name": name,
+            "status": ep.get("EndpointStatus"),
+            "config": ep.get("EndpointConfigName"),
+            "variants": [
+                {"name": v.get("VariantName"), "instances": v.get("CurrentInstanceCount"), "desired_instances": v.get("DesiredInstanceCount")}
+                for v in ep.get("ProductionVariants", [])
+            ],
+            "failure_reason": ep.get("FailureReason"),
+        }
     ic_rows = []
     for ic in ics:
         d = run.describe("inference_component", ic)
@@ -125,18 +139,36 @@ def _describe(run: _Run, name: str) -> DeploymentStatus:
             continue
         rc = d.get("RuntimeConfig", {})
         req = (d.get("Specification") or {}).get("ComputeResourceRequirements", {})
-        ic_rows.append({"name": ic, "status": d.get("InferenceComponentStatus"), "copies": rc.get("CurrentCopyCount"),
-                        "desired_copies": rc.get("DesiredCopyCount"), "gpus_per_copy": req.get("NumberOfAcceleratorDevicesRequired"),
-                        "model": (d.get("Specification") or {}).get("ModelName")})
-    return DeploymentStatus(name=name, endpoint=endpoint, inference_components=ic_rows,
-                            models=[m for m in models if run.describe("model", m) is not None],
-                            endpoint_configs=[c for c in configs if run.describe("endpoint_config", c) is not None],
-                            managed_by_knee=managed)
+        ic_rows.append(
+            {
+                "name": ic,
+                "status": d.get("InferenceComponentStatus"),
+                "copies": rc.get("CurrentCopyCount"),
+                "desired_copies": rc.get("DesiredCopyCount"),
+                "gpus_per_copy": req.get("NumberOfAcceleratorDevicesRequired"),
+                "model": (d.get("Specification") or {}).get("ModelName"),
+            }
+        )
+    return DeploymentStatus(
+        name=name,
+        endpoint=endpoint,
+        inference_components=ic_rows,
+        models=[m for m in models if run.describe("model", m) is not None],
+        endpoint_configs=[c for c in configs if run.describe("endpoint_config", c) is not None],
+        managed_by_knee=managed,
+    )
 
 
-def scale_deployment(name: str, *, copies: int | None = None, instances: int | None = None, region: str = "us-east-1",
-                     clients: AwsClients | None = None, progress: Progress | None = None,
-                     options: ApplyOptions | None = None) -> DeploymentStatus:
+def scale_deployment(
+    name: str,
+    *,
+    copies: int | None = None,
+    instances: int | None = None,
+    region: str = "us-east-1",
+    clients: AwsClients | None = None,
+    progress: Progress | None = None,
+    options: ApplyOptions | None = None,
+) -> DeploymentStatus:
     """Change the copy count of the deployment's inference component, or the instance
     count of a single-model endpoint's variant, and wait until it is in effect."""
     if (copies is None) == (instances is None):
@@ -154,13 +186,13 @@ def scale_deployment(name: str, *, copies: int | None = None, instances: int | N
                 raise BadInput(f"{name} has no inference components", "scale a single-model endpoint with --instances")
             ic = ics[0]
             run.emit("scale", "start", f"setting {ic} to {copies} copies", ic)
-            clients.sagemaker.update_inference_component_runtime_config(
-                InferenceComponentName=ic, DesiredRuntimeConfig={"CopyCount": copies})
+            clients.sagemaker.update_inference_component_runtime_config(InferenceComponentName=ic, DesiredRuntimeConfig={"CopyCount": copies})
             run.wait_ic(ic, copies=copies)
         else:
             run.emit("scale", "start", f"setting {name} to {instances} instances", name)
             clients.sagemaker.update_endpoint_weights_and_capacities(
-                EndpointName=name, DesiredWeightsAndCapacities=[{"VariantName": VARIANT, "DesiredInstanceCount": instances}])
+                EndpointName=name, DesiredWeightsAndCapacities=[{"VariantName": VARIANT, "DesiredInstanceCount": instances}]
+            )
             run.wait_endpoint(name)
     run.emit("scale", "done", "scaled")
     return describe_deployment(name, region=region, clients=clients)

@@ -57,6 +57,7 @@ class DeployTarget(BaseModel):
     startup_timeout_s: int = Field(default=1800, ge=60, le=3600)
     download_timeout_s: int = Field(default=1200, ge=60, le=3600)
 
+
 class ApiCall(BaseModel):
     """One boto3 request: ``boto3.client(service).<operation>(**params)``."""
 
@@ -150,17 +151,15 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
     warnings: list[str] = []
     gpus_per_copy = cfg.tp * cfg.dp
     if cfg.tp > inst.num_gpus:
-        raise BadInput(f"TP={cfg.tp} is larger than {inst.name}'s {inst.num_gpus} GPU(s)",
-                       "pick an instance with more GPUs or a trial with lower TP")
+        raise BadInput(f"TP={cfg.tp} is larger than {inst.name}'s {inst.num_gpus} GPU(s)", "pick an instance with more GPUs or a trial with lower TP")
     if gpus_per_copy > inst.num_gpus:
-        raise BadInput(f"TP×DP={gpus_per_copy} GPUs is more than {inst.name}'s {inst.num_gpus}",
-                       "pick an instance with more GPUs or a trial with lower DP")
+        raise BadInput(
+            f"TP×DP={gpus_per_copy} GPUs is more than {inst.name}'s {inst.num_gpus}", "pick an instance with more GPUs or a trial with lower DP"
+        )
     if target.role_arn is not None and not valid_role(target.role_arn):
-        raise BadInput(f"malformed execution role ARN {target.role_arn!r}",
-                       "expected arn:aws:iam::<12-digit account>:role/<name>")
+        raise BadInput(f"malformed execution role ARN {target.role_arn!r}", "expected arn:aws:iam::<12-digit account>:role/<name>")
     if target.name is not None and not _NAME_RE.match(target.name):
-        raise BadInput(f"bad deployment name {target.name!r}",
-                       "1-56 letters, digits and hyphens, starting and ending with a letter or digit")
+        raise BadInput(f"bad deployment name {target.name!r}", "1-56 letters, digits and hyphens, starting and ending with a letter or digit")
 
     copies = inst.num_gpus // gpus_per_copy
     style: Style
@@ -169,10 +168,18 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
     else:
         style = target.style
     if style == "single-model" and copies > 1:
-        lmi = (" (LMI documents starting one worker per TP group by itself, which would change the measured "
-               "layout; whether v17+ async mode still does is uncertain)") if target.container == "lmi" else ""
-        warnings.append(f"single-model endpoint: one server on {gpus_per_copy} of {inst.num_gpus} GPUs, "
-                        f"{inst.num_gpus - gpus_per_copy} idle; inference components would run {copies} copies{lmi}")
+        lmi = (
+            (
+                " (LMI documents starting one worker per TP group by itself, which would change the measured "
+                "layout; whether v17+ async mode still does is uncertain)"
+            )
+            if target.container == "lmi"
+            else ""
+        )
+        warnings.append(
+            f"single-model endpoint: one server on {gpus_per_copy} of {inst.num_gpus} GPUs, "
+            f"{inst.num_gpus - gpus_per_copy} idle; inference components would run {copies} copies{lmi}"
+        )
     if style == "inference-components" and copies * gpus_per_copy < inst.num_gpus:
         warnings.append(f"{inst.num_gpus - copies * gpus_per_copy} GPU(s) per instance stay idle")
 
@@ -184,14 +191,15 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
         if m.status == "approximate":
             warnings.append(f"{m.knob}={m.value} maps only approximately to {m.variable}: {m.note}")
     if cfg.extra_args:
-        warnings.append("extra arguments are passed through unchecked: "
-                        + ", ".join(sorted(cfg.extra_args)))
+        warnings.append("extra arguments are passed through unchecked: " + ", ".join(sorted(cfg.extra_args)))
     if target.hf_token is not None:
         env[target.hf_token.variable] = target.hf_token.placeholder
     problems = check_knobs(cfg, env, knobs)
     if problems:
-        raise BadInput(f"the {target.container} container would not run the trial's configuration: "
-                       + "; ".join(problems), "pick another --container or change the trial")
+        raise BadInput(
+            f"the {target.container} container would not run the trial's configuration: " + "; ".join(problems),
+            "pick another --container or change the trial",
+        )
 
     if target.image_uri:
         image = Image(uri=target.image_uri, version=target.image_version or "custom", source="given by the user")
@@ -212,16 +220,24 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
     per_copy_mib = inst.host_memory_gib * 1024 / sizing.copies_per_instance
     mem_mb = max(128, int(per_copy_mib * 0.7))
     cpus = float(max(1, inst.vcpus // sizing.copies_per_instance - 1))
-    sizing = sizing.model_copy(update={"cpu_cores_per_copy": cpus if style == "inference-components" else None,
-                                       "memory_mb_per_copy": mem_mb if style == "inference-components" else None,
-                                       "weights_gib_per_gpu": weights_gib})
+    sizing = sizing.model_copy(
+        update={
+            "cpu_cores_per_copy": cpus if style == "inference-components" else None,
+            "memory_mb_per_copy": mem_mb if style == "inference-components" else None,
+            "weights_gib_per_gpu": weights_gib,
+        }
+    )
 
-    digest = hashlib.sha256(json.dumps(
-        {"c": target.container, "i": image.uri, "e": env, "n": inst.name, "s": style, "r": target.region},
-        sort_keys=True).encode()).hexdigest()[:8]
+    digest = hashlib.sha256(
+        json.dumps({"c": target.container, "i": image.uri, "e": env, "n": inst.name, "s": style, "r": target.region}, sort_keys=True).encode()
+    ).hexdigest()[:8]
     base = target.name or f"knee-{_slug(cfg.model)}-{digest}"
-    names: _Names = {"endpoint": base, "config": f"{base}-config", "model": f"{base}-model",
-                     "ic": f"{base}-ic" if style == "inference-components" else None}
+    names: _Names = {
+        "endpoint": base,
+        "config": f"{base}-config",
+        "model": f"{base}-model",
+        "ic": f"{base}-ic" if style == "inference-components" else None,
+    }
     tags = [{"Key": MANAGED_TAG, "Value": "knee"}, {"Key": "knee:deployment", "Value": base}]
     if source.trial_id:
         tags.append({"Key": "knee:trial", "Value": str(source.trial_id)[:256]})
@@ -229,61 +245,122 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
     if target.role_arn is None:
         warnings.append("no execution role: the preview shows a placeholder; apply needs --role")
 
-    model_call = ApiCall(service="sagemaker", operation="create_model", purpose="the container, its image and environment",
-                         params={"ModelName": names["model"], "ExecutionRoleArn": role,
-                                 "PrimaryContainer": {"Image": image.uri, "Environment": dict(env)}, "Tags": tags})
+    model_call = ApiCall(
+        service="sagemaker",
+        operation="create_model",
+        purpose="the container, its image and environment",
+        params={
+            "ModelName": names["model"],
+            "ExecutionRoleArn": role,
+            "PrimaryContainer": {"Image": image.uri, "Environment": dict(env)},
+            "Tags": tags,
+        },
+    )
     variant: dict[str, Any] = {"VariantName": VARIANT, "InstanceType": inst.name, "InitialInstanceCount": sizing.instance_count}
     calls: list[ApiCall]
     if style == "single-model":
-        variant = {"VariantName": VARIANT, "ModelName": names["model"], "InstanceType": inst.name,
-                   "InitialInstanceCount": sizing.instance_count,
-                   "ContainerStartupHealthCheckTimeoutInSeconds": target.startup_timeout_s,
-                   "ModelDataDownloadTimeoutInSeconds": target.download_timeout_s,
-                   "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}}
+        variant = {
+            "VariantName": VARIANT,
+            "ModelName": names["model"],
+            "InstanceType": inst.name,
+            "InitialInstanceCount": sizing.instance_count,
+            "ContainerStartupHealthCheckTimeoutInSeconds": target.startup_timeout_s,
+            "ModelDataDownloadTimeoutInSeconds": target.download_timeout_s,
+            "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"},
+        }
         if ami:
             variant["InferenceAmiVersion"] = ami
         calls = [
             model_call,
-            ApiCall(service="sagemaker", operation="create_endpoint_config", purpose="instance type and count",
-                    params={"EndpointConfigName": names["config"], "ProductionVariants": [variant], "Tags": tags}),
-            ApiCall(service="sagemaker", operation="create_endpoint", purpose="the endpoint (waits for InService)",
-                    params={"EndpointName": names["endpoint"], "EndpointConfigName": names["config"], "Tags": tags}),
+            ApiCall(
+                service="sagemaker",
+                operation="create_endpoint_config",
+                purpose="instance type and count",
+                params={"EndpointConfigName": names["config"], "ProductionVariants": [variant], "Tags": tags},
+            ),
+            ApiCall(
+                service="sagemaker",
+                operation="create_endpoint",
+                purpose="the endpoint (waits for InService)",
+                params={"EndpointName": names["endpoint"], "EndpointConfigName": names["config"], "Tags": tags},
+            ),
         ]
     else:
         # Inference components: the variant holds only instances (no ModelName) and the
         # role; each copy is placed by ComputeResourceRequirements (sagemaker.md §6b).
-        variant["ManagedInstanceScaling"] = {"Status": "ENABLED", "MinInstanceCount": sizing.instance_count,
-                                             "MaxInstanceCount": max(sizing.instance_count, target.max_instance_count or 0)}
+        variant["ManagedInstanceScaling"] = {
+            "Status": "ENABLED",
+            "MinInstanceCount": sizing.instance_count,
+            "MaxInstanceCount": max(sizing.instance_count, target.max_instance_count or 0),
+        }
         variant["RoutingConfig"] = {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
         if ami:
             variant["InferenceAmiVersion"] = ami
         calls = [
             model_call,
-            ApiCall(service="sagemaker", operation="create_endpoint_config", purpose="instances only; copies come from the inference component",
-                    params={"EndpointConfigName": names["config"], "ExecutionRoleArn": role, "ProductionVariants": [variant], "Tags": tags}),
-            ApiCall(service="sagemaker", operation="create_endpoint", purpose="the endpoint (waits for InService)",
-                    params={"EndpointName": names["endpoint"], "EndpointConfigName": names["config"], "Tags": tags}),
-            ApiCall(service="sagemaker", operation="create_inference_component",
-                    purpose=f"{sizing.total_copies} copies of the model, {gpus_per_copy} GPU(s) each (waits for InService)",
-                    params={"InferenceComponentName": names["ic"], "EndpointName": names["endpoint"], "VariantName": VARIANT,
-                            "Specification": {"ModelName": names["model"],
-                                              "ComputeResourceRequirements": {
-                                                  "NumberOfAcceleratorDevicesRequired": float(gpus_per_copy),
-                                                  "NumberOfCpuCoresRequired": cpus,
-                                                  "MinMemoryRequiredInMb": mem_mb},
-                                              "StartupParameters": {
-                                                  "ModelDataDownloadTimeoutInSeconds": target.download_timeout_s,
-                                                  "ContainerStartupHealthCheckTimeoutInSeconds": target.startup_timeout_s}},
-                            "RuntimeConfig": {"CopyCount": sizing.total_copies}, "Tags": tags}),
+            ApiCall(
+                service="sagemaker",
+                operation="create_endpoint_config",
+                purpose="instances only; copies come from the inference component",
+                params={"EndpointConfigName": names["config"], "ExecutionRoleArn": role, "ProductionVariants": [variant], "Tags": tags},
+            ),
+            ApiCall(
+                service="sagemaker",
+                operation="create_endpoint",
+                purpose="the endpoint (waits for InService)",
+                params={"EndpointName": names["endpoint"], "EndpointConfigName": names["config"], "Tags": tags},
+            ),
+            ApiCall(
+                service="sagemaker",
+                operation="create_inference_component",
+                purpose=f"{sizing.total_copies} copies of the model, {gpus_per_copy} GPU(s) each (waits for InService)",
+                params={
+                    "InferenceComponentName": names["ic"],
+                    "EndpointName": names["endpoint"],
+                    "VariantName": VARIANT,
+                    "Specification": {
+                        "ModelName": names["model"],
+                        "ComputeResourceRequirements": {
+                            "NumberOfAcceleratorDevicesRequired": float(gpus_per_copy),
+                            "NumberOfCpuCoresRequired": cpus,
+                            "MinMemoryRequiredInMb": mem_mb,
+                        },
+                        "StartupParameters": {
+                            "ModelDataDownloadTimeoutInSeconds": target.download_timeout_s,
+                            "ContainerStartupHealthCheckTimeoutInSeconds": target.startup_timeout_s,
+                        },
+                    },
+                    "RuntimeConfig": {"CopyCount": sizing.total_copies},
+                    "Tags": tags,
+                },
+            ),
         ]
 
     return DeployPlan(
-        name=base, endpoint_name=names["endpoint"], endpoint_config_name=names["config"], model_name=names["model"],
-        inference_component_name=names["ic"], region=target.region, container=target.container,
-        container_title=fl.title, image=image.uri, image_version=image.version, image_source=image.source,
-        inference_ami_version=ami, style=style, instance=inst, role_arn=target.role_arn, environment=env,
-        secret=target.hf_token, knobs=knobs, sizing=sizing, warnings=warnings, tags=tags, calls=calls,
-        smoke_body=_smoke_body(target.container), source=source,
+        name=base,
+        endpoint_name=names["endpoint"],
+        endpoint_config_name=names["config"],
+        model_name=names["model"],
+        inference_component_name=names["ic"],
+        region=target.region,
+        container=target.container,
+        container_title=fl.title,
+        image=image.uri,
+        image_version=image.version,
+        image_source=image.source,
+        inference_ami_version=ami,
+        style=style,
+        instance=inst,
+        role_arn=target.role_arn,
+        environment=env,
+        secret=target.hf_token,
+        knobs=knobs,
+        sizing=sizing,
+        warnings=warnings,
+        tags=tags,
+        calls=calls,
+        smoke_body=_smoke_body(target.container),
+        source=source,
     )
 
 

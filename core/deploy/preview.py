@@ -24,7 +24,11 @@ def summary_lines(plan: DeployPlan) -> list[str]:
     src = plan.source
     cfg = src.config
     price_note = f"{plan.instance.price_region}, {s.price_date or 'undated'}, {s.price_source}{', uncertain' if s.price_uncertain else ''}"
-    kind = "simulated, sized on its pessimistic edge" if s.throughput_simulated and s.sized_on != "measured" else ("simulated" if s.throughput_simulated else "measured")
+    kind = (
+        "simulated, sized on its pessimistic edge"
+        if s.throughput_simulated and s.sized_on != "measured"
+        else ("simulated" if s.throughput_simulated else "measured")
+    )
     lines = [
         f"Deployment   {plan.name}  ({plan.region})",
         f"Source       {src.label}" + (f"  {src.note}" if src.note else ""),
@@ -36,21 +40,31 @@ def summary_lines(plan: DeployPlan) -> list[str]:
     if plan.inference_ami_version:
         lines.append(f"AMI          {plan.inference_ami_version} (CUDA 13 image)")
     if plan.style == "inference-components":
-        lines.append(f"Layout       inference components: {s.copies_per_instance} copies per instance x {s.instance_count} "
-                     f"instance(s) = {s.total_copies} copies, {s.gpus_per_copy} GPU(s) each "
-                     f"({s.cpu_cores_per_copy:g} vCPU, {s.memory_mb_per_copy} MB host memory per copy)")
+        lines.append(
+            f"Layout       inference components: {s.copies_per_instance} copies per instance x {s.instance_count} "
+            f"instance(s) = {s.total_copies} copies, {s.gpus_per_copy} GPU(s) each "
+            f"({s.cpu_cores_per_copy:g} vCPU, {s.memory_mb_per_copy} MB host memory per copy)"
+        )
     else:
         lines.append(f"Layout       single-model endpoint: {s.instance_count} instance(s), one server each on {s.gpus_per_copy} GPU(s)")
-    lines.append(f"Instance     {plan.instance.name}: {plan.instance.num_gpus}x {plan.instance.gpu}, "
-                 f"{plan.instance.vcpus} vCPU, {plan.instance.host_memory_gib:g} GiB")
-    lines.append(f"Throughput   {_num(s.request_throughput_per_copy)} req/s, {_num(s.output_throughput_per_copy, '.0f')} output tok/s "
-                 f"per copy ({kind}); capacity {_num(s.capacity_rps)} req/s, {_num(s.capacity_output_tps, '.0f')} tok/s")
+    lines.append(
+        f"Instance     {plan.instance.name}: {plan.instance.num_gpus}x {plan.instance.gpu}, "
+        f"{plan.instance.vcpus} vCPU, {plan.instance.host_memory_gib:g} GiB"
+    )
+    lines.append(
+        f"Throughput   {_num(s.request_throughput_per_copy)} req/s, {_num(s.output_throughput_per_copy, '.0f')} output tok/s "
+        f"per copy ({kind}); capacity {_num(s.capacity_rps)} req/s, {_num(s.capacity_output_tps, '.0f')} tok/s"
+    )
     if s.target_rps:
-        lines.append(f"Target       {s.target_rps:g} req/s -> {s.instance_count} instance(s), "
-                     f"utilization {_num(s.utilization * 100 if s.utilization else None, '.0f', '%')}")
+        lines.append(
+            f"Target       {s.target_rps:g} req/s -> {s.instance_count} instance(s), "
+            f"utilization {_num(s.utilization * 100 if s.utilization else None, '.0f', '%')}"
+        )
     lines.append(f"Cost         {_money(s.cost_per_hour, '/h')} ({_money(s.price_per_hour, '/h')} per instance; price {price_note})")
-    lines.append(f"             {_money(s.cost_per_1m_output_tokens)} per 1M output tokens at the trial's throughput"
-                 + (f"; {_money(s.cost_per_1m_output_tokens_at_target)} at the target load" if s.cost_per_1m_output_tokens_at_target else ""))
+    lines.append(
+        f"             {_money(s.cost_per_1m_output_tokens)} per 1M output tokens at the trial's throughput"
+        + (f"; {_money(s.cost_per_1m_output_tokens_at_target)} at the target load" if s.cost_per_1m_output_tokens_at_target else "")
+    )
     lines.append(f"Role         {plan.role_arn or '(none yet: pass --role to apply)'}")
     return lines
 
@@ -67,8 +81,7 @@ def knob_lines(plan: DeployPlan) -> list[str]:
 
 def requests_json(plan: DeployPlan) -> str:
     """The exact request bodies, in order, as JSON."""
-    return json.dumps([{"service": c.service, "operation": c.operation, "purpose": c.purpose, "params": c.params}
-                       for c in plan.calls], indent=2)
+    return json.dumps([{"service": c.service, "operation": c.operation, "purpose": c.purpose, "params": c.params} for c in plan.calls], indent=2)
 
 
 def python_snippet(plan: DeployPlan) -> str:
@@ -118,7 +131,7 @@ def python_snippet(plan: DeployPlan) -> str:
     lines += [
         "# smoke test: a streaming invocation",
         f"resp = smr.invoke_endpoint_with_response_stream(EndpointName={plan.endpoint_name!r}{ic},",
-        f"    ContentType=\"application/json\", Body=json.dumps({plan.smoke_body!r}))",
+        f'    ContentType="application/json", Body=json.dumps({plan.smoke_body!r}))',
         'for event in resp["Body"]:',
         '    print(event.get("PayloadPart", {}).get("Bytes", b"").decode(errors="replace"), end="")',
         "print()",

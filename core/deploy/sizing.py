@@ -78,9 +78,16 @@ def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float 
         warnings.append(f"could not read {cfg.model}'s architecture offline; memory fit not checked")
         return None
     gpu = get_gpu(inst.gpu)
-    mem = plan_memory(arch, gpu, cfg.tp, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                      max_model_len=cfg.max_model_len, max_num_batched_tokens=cfg.batched_tokens,
-                      max_num_seqs=cfg.seqs, kv_dtype=cfg.kv_cache_dtype)
+    mem = plan_memory(
+        arch,
+        gpu,
+        cfg.tp,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        max_model_len=cfg.max_model_len,
+        max_num_batched_tokens=cfg.batched_tokens,
+        max_num_seqs=cfg.seqs,
+        kv_dtype=cfg.kv_cache_dtype,
+    )
     gib = mem.weight_bytes / 1024**3
     if not mem.fits:
         # Weights alone over the budget is arithmetic, not an estimate: always an error.
@@ -120,8 +127,9 @@ def _hardware_warnings(src: DeploySource, inst: Instance, gpus_per_copy: int, wa
         warnings.append(f"measured on {src.num_gpus} GPU(s) per replica, each copy here gets {gpus_per_copy}")
 
 
-def _size(src: DeploySource, target_rps: float | None, instance_count: int | None, inst: Instance, style: Style,
-          gpus_per_copy: int, warnings: list[str]) -> Sizing:
+def _size(
+    src: DeploySource, target_rps: float | None, instance_count: int | None, inst: Instance, style: Style, gpus_per_copy: int, warnings: list[str]
+) -> Sizing:
     """Copies per instance, instance count (fixed, or enough for ``target_rps``), capacity and cost."""
     copies = inst.num_gpus // gpus_per_copy if style == "inference-components" else 1
     rps = src.request_throughput
@@ -135,15 +143,19 @@ def _size(src: DeploySource, target_rps: float | None, instance_count: int | Non
         rps = pessimistic("req_per_s", rps) if rps else rps
         tps = pessimistic("output_tok_per_s", tps) if tps else tps
         sized_on = "pessimistic edge of the prediction's error band (10th percentile of measured/predicted throughput)"
-        warnings.append(f"throughput is simulated: sized on the {sized_on}, {rps:.2f} req/s per copy" if rps else f"throughput is simulated: sized on the {sized_on}")
+        warnings.append(
+            f"throughput is simulated: sized on the {sized_on}, {rps:.2f} req/s per copy"
+            if rps
+            else f"throughput is simulated: sized on the {sized_on}"
+        )
     if target_rps is not None and rps is None:
-        raise BadInput("--target-rps needs the trial's request throughput per replica",
-                       "use a measured trial or pass --request-throughput")
+        raise BadInput("--target-rps needs the trial's request throughput per replica", "use a measured trial or pass --request-throughput")
     needed = math.ceil(target_rps / (copies * rps) - 1e-9) if target_rps and rps else None
     count = instance_count or needed or 1
     if instance_count and needed and rps and instance_count < needed:  # needed is only set with an rps
-        warnings.append(f"{instance_count} instance(s) serve {instance_count * copies * rps:.2f} req/s, "
-                        f"below the target {target_rps:g} req/s ({needed} needed)")
+        warnings.append(
+            f"{instance_count} instance(s) serve {instance_count * copies * rps:.2f} req/s, below the target {target_rps:g} req/s ({needed} needed)"
+        )
     cap_rps = count * copies * rps if rps else None
     cap_tps = count * copies * tps if tps else None
     price = inst.price_per_hour

@@ -32,15 +32,13 @@ def smoke_test(plan: DeployPlan, clients: AwsClients, redact: Redactor | None = 
     """One streaming invocation through ``InvokeEndpointWithResponseStream``. ``ok`` means
     the stream carried bytes; the text is what the parser made of them, best effort."""
     redact = redact or Redactor()
-    kw: dict[str, Any] = {"EndpointName": plan.endpoint_name, "ContentType": "application/json",
-                          "Body": json.dumps(plan.smoke_body).encode()}
+    kw: dict[str, Any] = {"EndpointName": plan.endpoint_name, "ContentType": "application/json", "Body": json.dumps(plan.smoke_body).encode()}
     if plan.inference_component_name:
         kw["InferenceComponentName"] = plan.inference_component_name
     t0 = time.monotonic()
     # TGI's generate stream is token events; LMI and the vLLM DLC answer the chat body
     # with OpenAI chat chunks (see plan._smoke_body).
-    parser = stream_parser("lmi" if plan.container == "tgi" else "vllm", RequestRecord(index=-1, send_time=0.0),
-                           t0, chat=True)
+    parser = stream_parser("lmi" if plan.container == "tgi" else "vllm", RequestRecord(index=-1, send_time=0.0), t0, chat=True)
     parsing = True
     first = None
     n = size = 0
@@ -63,5 +61,12 @@ def smoke_test(plan: DeployPlan, clients: AwsClients, redact: Redactor | None = 
         return SmokeResult(ok=False, events=n, bytes=size, error=redact(str(e)))
     text = parser.text()
     ok = size > 0
-    return SmokeResult(ok=ok, first_byte_s=first, total_s=time.monotonic() - t0, events=n, bytes=size,
-                       text=redact(text[:200]), error=None if ok else "the stream carried no bytes")
+    return SmokeResult(
+        ok=ok,
+        first_byte_s=first,
+        total_s=time.monotonic() - t0,
+        events=n,
+        bytes=size,
+        text=redact(text[:200]),
+        error=None if ok else "the stream carried no bytes",
+    )

@@ -71,8 +71,7 @@ def from_dict(raw: dict[str, Any], where: str = "input") -> DeploySource:
         data["config"] = cfg
     unknown = set(data) - _SOURCE_FIELDS - {"config"}
     if unknown:
-        raise BadInput(f"{where}: unknown field(s) {', '.join(sorted(unknown))}",
-                       f"known: config, {', '.join(sorted(_SOURCE_FIELDS))}")
+        raise BadInput(f"{where}: unknown field(s) {', '.join(sorted(unknown))}", f"known: config, {', '.join(sorted(_SOURCE_FIELDS))}")
     try:
         return DeploySource.model_validate(data)
     except ValidationError as e:
@@ -131,9 +130,13 @@ def from_study(store: Any, trial_id: str | int, study: str | None = None, to_con
         note = f"at {load}" + ("" if best.meets_slo is None else (", meets the SLOs" if best.meets_slo else ", misses the SLOs"))
     s = best.summary if best is not None else {}
     return DeploySource(
-        config=cfg, gpu=gpu, num_gpus=cfg.num_gpus,
+        config=cfg,
+        gpu=gpu,
+        num_gpus=cfg.num_gpus,
         request_throughput=s.get("request_throughput") or None,
         output_throughput=s.get("output_throughput") or None,
         simulated=bool(best.simulated) if best is not None else False,
-        trial_id=str(tid), study=study, note=note,
+        trial_id=str(tid),
+        study=study,
+        note=note,
     )

@@ -16,7 +16,14 @@ from pathlib import Path
 
 _FILE = Path(__file__).with_name("bands.json")
 # Which band a prediction key uses (TPOT shares ITL's: same mean by definition).
-_METRIC_OF = {"ttft_ms": "ttft_ms", "itl_ms": "itl_ms", "tpot_ms": "itl_ms", "e2e_s": "e2e_s", "req_per_s": "req_per_s", "output_tok_per_s": "output_tok_per_s"}
+_METRIC_OF = {
+    "ttft_ms": "ttft_ms",
+    "itl_ms": "itl_ms",
+    "tpot_ms": "itl_ms",
+    "e2e_s": "e2e_s",
+    "req_per_s": "req_per_s",
+    "output_tok_per_s": "output_tok_per_s",
+}
 LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_s")
 
 

@@ -174,12 +174,17 @@ class StepBreakdown:
         if self.streaming > 0:
             return "API server (token streaming)"
         # Compute and memory sides of one part overlap, so each part counts its larger side.
-        linear = ("compute (matmuls)", self.linear_compute) if self.linear_compute >= self.linear_memory else (
-            "memory bandwidth (weights)", self.linear_memory)
-        attention = ("compute (attention)", self.attention_compute) if self.attention_compute >= self.attention_memory else (
-            "memory bandwidth (KV cache)", self.attention_memory)
-        parts = [linear, attention, ("tensor-parallel communication", self.communication),
-                 ("engine overhead (CPU, launches)", self.overhead)]
+        linear = (
+            ("compute (matmuls)", self.linear_compute)
+            if self.linear_compute >= self.linear_memory
+            else ("memory bandwidth (weights)", self.linear_memory)
+        )
+        attention = (
+            ("compute (attention)", self.attention_compute)
+            if self.attention_compute >= self.attention_memory
+            else ("memory bandwidth (KV cache)", self.attention_memory)
+        )
+        parts = [linear, attention, ("tensor-parallel communication", self.communication), ("engine overhead (CPU, launches)", self.overhead)]
         return max(parts, key=lambda p: p[1])[0]
 
 
@@ -253,13 +258,9 @@ class CostModel:
         self._attn_flops_per_pair = 4.0 * arch.q_dim * layers / tp
         # KV heads split over TP, replicated when there are fewer KV heads than GPUs.
         kv_heads_per_gpu = math.ceil(arch.num_kv_heads / tp)
-        self.kv_bytes_per_token_per_gpu = (
-            2 * arch.num_full_attention_layers * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
-        )
+        self.kv_bytes_per_token_per_gpu = 2 * arch.num_full_attention_layers * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
         self._window = arch.sliding_window or 0
-        self._window_bytes_per_token = (
-            2 * len(arch.sliding_layers) * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
-        )
+        self._window_bytes_per_token = 2 * len(arch.sliding_layers) * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
 
         # Tensor-parallel all-reduce: two per layer; ring moves 2(N-1)/N of the buffer.
         if tp > 1:
@@ -346,6 +347,14 @@ class CostModel:
             overhead=self._fixed + seqs * self._per_seq,
             total=total,
         )
-        engine = (_softmax(parts.linear_compute, parts.linear_memory) + max(parts.attention_compute, parts.attention_memory)
-                  + parts.communication + parts.overhead) if (batch.prefill_tokens + batch.decode_seqs) > 0 else 0.0
+        engine = (
+            (
+                _softmax(parts.linear_compute, parts.linear_memory)
+                + max(parts.attention_compute, parts.attention_memory)
+                + parts.communication
+                + parts.overhead
+            )
+            if (batch.prefill_tokens + batch.decode_seqs) > 0
+            else 0.0
+        )
         return dataclasses.replace(parts, streaming=max(0.0, total - engine))

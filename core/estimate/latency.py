@@ -27,10 +27,25 @@ from core.estimate.steady import Shape, State, dec_gap, multi_step, steady_gaps
 from core.spec.serving import ServerConfig
 
 
-def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, wait: float, wait_kind: str,
-           limited: str, saturated: bool, concurrency: float | None, request_rate: float | None, budget: int,
-           seqs: int, cap: float, gaps: list[tuple[float, float]] | None = None, resumed: float = 0.0,
-           first_wave: tuple[float, float] = (0.0, 0.0)) -> Prediction:
+def finish(
+    shape: Shape,
+    cfg: ServerConfig,
+    cm: CostModel,
+    st: State,
+    x: float,
+    wait: float,
+    wait_kind: str,
+    limited: str,
+    saturated: bool,
+    concurrency: float | None,
+    request_rate: float | None,
+    budget: int,
+    seqs: int,
+    cap: float,
+    gaps: list[tuple[float, float]] | None = None,
+    resumed: float = 0.0,
+    first_wave: tuple[float, float] = (0.0, 0.0),
+) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
     seconds their prompts take to prefill back to back); those wait for the prompts before
@@ -69,9 +84,12 @@ def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, 
     # the step's fixed costs, weight reads and the decodes riding along stay.
     Ic = I - st.cached
     ctx = I + dec / 2.0
+
     def pf_step(tokens: float) -> float:
-        return cm.step_seconds(tokens, tokens * (I + st.cached) / 2.0, tokens * I / Ic, st.decodes_mixed,
-                               st.decodes_mixed * ctx, max(1.0, tokens / Ic))
+        return cm.step_seconds(
+            tokens, tokens * (I + st.cached) / 2.0, tokens * I / Ic, st.decodes_mixed, st.decodes_mixed * ctx, max(1.0, tokens / Ic)
+        )
+
     delta = max(16.0, 0.1 * st.prefill_tokens_step)
     per_token = max(pf_step(st.prefill_tokens_step + delta) - pf_step(st.prefill_tokens_step), 0.0) / delta
     p_wait = 0.0
@@ -134,7 +152,15 @@ def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, 
     )
     dec_batch = Batch.decode(max(1, int(round(st.decodes_pure))), I + dec / 2) if dec > 0 else None
     return make_prediction(
-        cfg, cm, budget, seqs, x, pf_batch, dec_batch, I, O,
+        cfg,
+        cm,
+        budget,
+        seqs,
+        x,
+        pf_batch,
+        dec_batch,
+        I,
+        O,
         concurrency=concurrency,
         request_rate=request_rate,
         ttft_ms=stats_of(ttft_mean, ttft_q, 1e3),
@@ -151,8 +177,19 @@ def finish(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, x: float, 
     )
 
 
-def overloaded(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, cap_x: float, lam: float, n: float,
-               timeout: float | None, budget: int, seqs: int, cap: float) -> tuple[float, float]:
+def overloaded(
+    shape: Shape,
+    cfg: ServerConfig,
+    cm: CostModel,
+    st: State,
+    cap_x: float,
+    lam: float,
+    n: float,
+    timeout: float | None,
+    budget: int,
+    seqs: int,
+    cap: float,
+) -> tuple[float, float]:
     """(completed req/s, mean queueing wait) of one replica over a finite overloaded run.
 
     The replica completes ``cap_x`` req/s while ``lam`` arrive, so the j-th request
@@ -167,8 +204,7 @@ def overloaded(shape: Shape, cfg: ServerConfig, cm: CostModel, st: State, cap_x:
     d = max(1.0 / cap_x - 1.0 / lam, 0.0)
     n_ok = n
     if timeout is not None and timeout > 0 and d > 0:
-        resident = finish(shape, cfg, cm, st, cap_x, 0.0, "uniform", "load", True, None, None, budget, seqs,
-                          cap).e2e_s.mean
+        resident = finish(shape, cfg, cm, st, cap_x, 0.0, "uniform", "load", True, None, None, budget, seqs, cap).e2e_s.mean
         # At least the first request: with T < S nothing finishes in time, and the
         # figures describe that one request's (timed-out) latency instead.
         n_ok = min(n, max(1.0, math.floor((timeout - resident) / d) + 1.0))

@@ -114,7 +114,7 @@ def compute_limits(p: Predictor, cfg: ServerConfig, slo: SLO | None = None) -> L
     limits: list[ConstraintLimit] = []
     ceilings: list[int | None] = []
     floors: list[int] = []
-    for c in (slo.constraints if slo else ()):
+    for c in slo.constraints if slo else ():
         if c.op in ("<", "<="):
             v = _largest(lambda x, c=c: _meets(pred(x), c), 1, hi)
             limits.append(ConstraintLimit(str(c), "max", v, met_everywhere=v == hi))

@@ -103,8 +103,7 @@ def plan_memory(
     if weights + runtime >= budget:
         reason = (
             f"weights need {weights / gb:.1f} GB per GPU at TP{tp}, but {gpu.name} offers "
-            f"{budget / gb:.1f} GB at gpu_memory_utilization {gpu_memory_utilization:g}"
-            + " — use more GPUs (higher TP) or a quantized model"
+            f"{budget / gb:.1f} GB at gpu_memory_utilization {gpu_memory_utilization:g}" + " — use more GPUs (higher TP) or a quantized model"
         )
     elif kv_bytes <= 0:
         reason = (

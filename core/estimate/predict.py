@@ -106,8 +106,9 @@ class Predictor:
         if self.input_len <= 0:
             raise BadInput("input length must be positive")
         self.prefix_len = self._prepend
-        self.shape = Shape(workload.input, workload.output, self._prepend, self.input_len, self.output_len,
-                           bool(self.profile.get("chunked_prefill", 1)))
+        self.shape = Shape(
+            workload.input, workload.output, self._prepend, self.input_len, self.output_len, bool(self.profile.get("chunked_prefill", 1))
+        )
         need = workload.max_total_len + int(self._prepend)
         if max_model_len is None:
             # What a user would pass as --max-model-len for this workload: the next power of
@@ -156,6 +157,7 @@ class Predictor:
         key = (cfg.tp, budget, seqs, mml, cfg.gpu_memory_utilization, cfg.kv_cache_dtype)
         plan = self._mems.get(key)
         if plan is None:
+
             def make(gmu: float) -> MemoryPlan:
                 return plan_memory(
                     self.arch,
@@ -242,8 +244,7 @@ class Predictor:
         if request_rate is None:
             assert concurrency is not None  # checked above: a prediction has one of the two
             if self.synchronized and concurrency / dp > 1.0:
-                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached,
-                            num_prompts or self.workload.num_prompts)
+                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts or self.workload.num_prompts)
             c = concurrency / dp
             n = min(c, cap)
             st = steady_state(self.shape, cm, n, budget, cached)
@@ -276,8 +277,24 @@ class Predictor:
             if num_prompts:
                 w = min(c, cap)
                 first_wave = (min(1.0, w / max(num_prompts / dp, 1.0)), prefill_storm(self.shape, cm, w, budget, cached))
-            return finish(self.shape, cfg, cm, st, x, wait, "fixed", limited, False, concurrency, None, budget, seqs, cap,
-                          resumed=resumed, first_wave=first_wave)
+            return finish(
+                self.shape,
+                cfg,
+                cm,
+                st,
+                x,
+                wait,
+                "fixed",
+                limited,
+                False,
+                concurrency,
+                None,
+                budget,
+                seqs,
+                cap,
+                resumed=resumed,
+                first_wave=first_wave,
+            )
 
         lam = request_rate / dp
         st_cap = steady_state(self.shape, cm, cap, budget, cached)
@@ -287,10 +304,8 @@ class Predictor:
             cap_x = st_cap.throughput
             n_run = num_prompts or (int(request_rate * duration_s) if duration_s else None)
             n_run = n_run or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
-            x, wait = overloaded(self.shape, cfg, cm, st_cap, cap_x, lam, max(n_run / dp, 1.0), request_timeout_s,
-                                 budget, seqs, cap)
-            pred = finish(self.shape, cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget,
-                          seqs, cap)
+            x, wait = overloaded(self.shape, cfg, cm, st_cap, cap_x, lam, max(n_run / dp, 1.0), request_timeout_s, budget, seqs, cap)
+            pred = finish(self.shape, cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget, seqs, cap)
         else:
             lo, hi = 0.0, cap
             for _ in range(40):
@@ -308,8 +323,7 @@ class Predictor:
             rho = min(n / cap, 0.999)
             wait = st.cycle * rho ** (math.sqrt(2 * (cap + 1)) - 1) / (cap * (1 - rho))
             limited = "load" if rho < 0.95 else cap_reason
-            pred = finish(self.shape, cfg, cm, st, lam, wait, "exponential", limited, False, concurrency, request_rate,
-                          budget, seqs, cap)
+            pred = finish(self.shape, cfg, cm, st, lam, wait, "exponential", limited, False, concurrency, request_rate, budget, seqs, cap)
         if concurrency is not None and pred.req_per_s * pred.e2e_s.mean > concurrency:
             # The client caps requests in flight: the closed loop at that cap applies.
             closed = self.predict(cfg, concurrency=concurrency)
@@ -347,6 +361,4 @@ class Predictor:
         # that storm on average, the queued rest all of it.
         storm = prefill_storm(self.shape, cm, run, budget, self.cached_tokens(cfg))
         wait = storm * (1.0 - run / (2.0 * per_rep)) + max(0.0, per_rep - run) / 2.0 / x
-        return finish(self.shape, cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget,
-                      seqs, cap, gaps)
-
+        return finish(self.shape, cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, cap, gaps)

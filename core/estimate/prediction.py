@@ -91,14 +91,30 @@ class Prediction:
             "percentiles": "approximate (analytic model)",
         }
         # Low/high of each mean from measured residuals (core/estimate/bands.py).
-        means = {"ttft_ms": self.ttft_ms.mean, "itl_ms": self.itl_ms.mean, "tpot_ms": self.tpot_ms.mean, "e2e_s": self.e2e_s.mean,
-                 "req_per_s": self.req_per_s, "output_tok_per_s": self.output_tok_per_s}
+        means = {
+            "ttft_ms": self.ttft_ms.mean,
+            "itl_ms": self.itl_ms.mean,
+            "tpot_ms": self.tpot_ms.mean,
+            "e2e_s": self.e2e_s.mean,
+            "req_per_s": self.req_per_s,
+            "output_tok_per_s": self.output_tok_per_s,
+        }
         d["bands"] = {k: {e: round_sig(x, 4) for e, x in b.items()} for k, v in means.items() if (b := band(k, v)) is not None}
         return d
 
 
-def make_prediction(cfg: ServerConfig, cm: CostModel, budget: int, seqs: int, x: float, pf_batch: Batch,
-                    dec_batch: Batch | None, input_len: float, output_len: float, **fields) -> Prediction:
+def make_prediction(
+    cfg: ServerConfig,
+    cm: CostModel,
+    budget: int,
+    seqs: int,
+    x: float,
+    pf_batch: Batch,
+    dec_batch: Batch | None,
+    input_len: float,
+    output_len: float,
+    **fields,
+) -> Prediction:
     """A :class:`Prediction` from one replica's figures: what every path derives alike (the
     knobs; the whole deployment's throughputs from a replica's request rate ``x`` and the mean
     request lengths; the bottlenecks of the step prefill chunks ride in and of the pure decode

@@ -91,7 +91,13 @@ class EstimateReport:
     def as_dict(self) -> dict[str, object]:
         return {
             "model": self.model,
-            "hardware": {"label": self.hardware, "gpu": self.gpu, "num_gpus": self.num_gpus, "instance": self.instance, "price_per_hour": self.price_per_hour},
+            "hardware": {
+                "label": self.hardware,
+                "gpu": self.gpu,
+                "num_gpus": self.num_gpus,
+                "instance": self.instance,
+                "price_per_hour": self.price_per_hour,
+            },
             "workload": self.workload,
             "engine": {"name": self.engine, "version": self.engine_version},
             "constraints": self.constraints,
@@ -263,13 +269,24 @@ def estimate(
         suggestion = _suggest(p, configs, slo, model, hardware, workload, range_ratio if range_ratio is not None else plan.range_ratio, knobs)
         notes.extend(suggestion.why)
     return EstimateReport(
-        model={**arch.summary(), "params_total_b": round(arch.params_total / 1e9, 3), "params_active_b": round(arch.params_active / 1e9, 3), "weights_gb": round(arch.weight_bytes / 1e9, 2)},
+        model={
+            **arch.summary(),
+            "params_total_b": round(arch.params_total / 1e9, 3),
+            "params_active_b": round(arch.params_active / 1e9, 3),
+            "weights_gb": round(arch.weight_bytes / 1e9, 2),
+        },
         hardware=hardware.label,
         gpu=hardware.gpu.name,
         num_gpus=n,
         instance=hardware.instance.name if hardware.instance else None,
         price_per_hour=price,
-        workload={"input_len": p.input_len, "output_len": p.output_len, "range_ratio": range_ratio if range_ratio is not None else plan.range_ratio, "num_prompts": workload.num_prompts, "dataset": workload.dataset},
+        workload={
+            "input_len": p.input_len,
+            "output_len": p.output_len,
+            "range_ratio": range_ratio if range_ratio is not None else plan.range_ratio,
+            "num_prompts": workload.num_prompts,
+            "dataset": workload.dataset,
+        },
         engine=eng,
         engine_version=engine_version,
         constraints=str(slo),
@@ -281,14 +298,18 @@ def estimate(
     )
 
 
-def _suggest(p: Predictor, configs: list[ConfigEstimate], slo: SLO, model: str, hw: Hardware, wl: Workload, range_ratio: float, knobs: dict) -> Suggestion:
+def _suggest(
+    p: Predictor, configs: list[ConfigEstimate], slo: SLO, model: str, hw: Hardware, wl: Workload, range_ratio: float, knobs: dict
+) -> Suggestion:
     feasible = [c for c in configs if c.limits.slo_feasible] or configs
     best = feasible[0]
     # Keep the pairs within reach of the best (a sweep need not measure hopeless ones).
     pairs = [(c.config.tp, c.config.dp) for c in feasible if c.at_knee.req_per_s >= 0.5 * best.at_knee.req_per_s][:4]
     knee = best.at_knee.concurrency or best.limits.saturation
     chunked = bool(p.profile.get("chunked_prefill", 1))
-    budgets = [knobs["max_num_batched_tokens"]] if "max_num_batched_tokens" in knobs else batched_tokens_values(p.default_budget(), p.input_len, chunked)
+    budgets = (
+        [knobs["max_num_batched_tokens"]] if "max_num_batched_tokens" in knobs else batched_tokens_values(p.default_budget(), p.input_len, chunked)
+    )
     cap, _ = p.running_cap(best.config)
     seqs = [knobs["max_num_seqs"]] if "max_num_seqs" in knobs else seqs_values(best.at_knee.running, max(cap, 8))
     levels = concurrency_values(int(knee))

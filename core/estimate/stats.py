@@ -51,8 +51,7 @@ def stats_of(mean: float, quantiles: dict[str, float], scale: float = 1.0) -> St
     """A :class:`Stats` from a mean and a dict keyed by :data:`QUANTILES`, times ``scale``
     (1e3: seconds to ms). (Keys spelled out, not a generator: this runs four times a
     prediction, and the TUI predicts per keystroke.)"""
-    return Stats(mean * scale, quantiles["p50"] * scale, quantiles["p90"] * scale, quantiles["p95"] * scale,
-                 quantiles["p99"] * scale)
+    return Stats(mean * scale, quantiles["p50"] * scale, quantiles["p90"] * scale, quantiles["p95"] * scale, quantiles["p99"] * scale)
 
 
 def weighted_quantiles(ordered: list[tuple[float, float]], total: float) -> dict[str, float]:

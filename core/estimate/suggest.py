@@ -130,8 +130,7 @@ def render(
         lo_client = f"dataset_name=sharegpt;max_concurrency=[{conc}];num_prompts={num_prompts}"
     cons = f" --constraints {shlex.quote(constraints)}" if constraints else ""
     knee_cmd = (
-        f"knee sweep --model {shlex.quote(model)} {hardware_flags} --server-args {shlex.quote(server)} "
-        f"--client-args {shlex.quote(knee_client)}{cons}"
+        f"knee sweep --model {shlex.quote(model)} {hardware_flags} --server-args {shlex.quote(server)} --client-args {shlex.quote(knee_client)}{cons}"
     )
     lo_cmd = (
         f"llm-optimizer --framework vllm --model {shlex.quote(model)} --gpus {num_gpus} "

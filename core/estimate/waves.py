@@ -42,8 +42,18 @@ def prefill_step_seconds(cm: CostModel, p: float, I: float, cached: float, Ic: f
     return cm.step_seconds(p, p * (I + cached) / 2.0, p * I / Ic, 0.0, 0.0, max(1.0, p / Ic))
 
 
-def wave(shape: Shape, cfg: ServerConfig, cm: CostModel, concurrency: float, cap: float, cap_reason: str,
-         budget: int, seqs: int, cached: float, num_prompts: float | None = None) -> Prediction:
+def wave(
+    shape: Shape,
+    cfg: ServerConfig,
+    cm: CostModel,
+    concurrency: float,
+    cap: float,
+    cap_reason: str,
+    budget: int,
+    seqs: int,
+    cached: float,
+    num_prompts: float | None = None,
+) -> Prediction:
     """Closed loop with fixed lengths, ``num_prompts`` requests in all (None: ten cycles).
     The first ``w`` requests start together: all prompts prefill in budget-sized steps,
     then all decode, each finishing ``dec`` steps after its first token. The client's next
@@ -68,6 +78,7 @@ def wave(shape: Shape, cfg: ServerConfig, cm: CostModel, concurrency: float, cap
     ctx = I + dec / 2.0
     t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
     prefill_all = steps_pf * t_pf
+
     # Prompt j's first token leaves with the step that finishes it: ceil(j·I/budget) steps.
     def ttft_in(q: float) -> float:
         return max(1, math.ceil(q * tokens / per_step - 1e-9)) * t_pf
@@ -99,19 +110,30 @@ def wave(shape: Shape, cfg: ServerConfig, cm: CostModel, concurrency: float, cap
     # a later request's decode runs through the others' prefill steps one step at a time.
     first_gap = prefill_all - sum(grid) / 64 + t_dec
     k = max(0.0, (prefill_all - own) / t_pf) if t_pf > 0 else 0.0
-    gaps = [(t_dec + tok, f1 * max(dec - 1, 0.0)), (first_gap + tok, f1 if dec >= 1 else 0.0),
-            (t_dec + tok, (1.0 - f1) * max(dec - k, 0.0)), (t_pf + t_dec + tok, (1.0 - f1) * min(k, dec))]
+    gaps = [
+        (t_dec + tok, f1 * max(dec - 1, 0.0)),
+        (first_gap + tok, f1 if dec >= 1 else 0.0),
+        (t_dec + tok, (1.0 - f1) * max(dec - k, 0.0)),
+        (t_pf + t_dec + tok, (1.0 - f1) * min(k, dec)),
+    ]
     ordered = sorted(g for g in gaps if g[1] > 0) or [(0.0, 1.0)]
     total = sum(g[1] for g in ordered)
     itl_q = weighted_quantiles(ordered, total)
     itl_mean = sum(t * wt for t, wt in ordered) / total
     e2e_q = {k: e2e for k in QUANTILES}
     limited = "load" if c <= cap + 1e-9 else cap_reason
-    pf_batch = Batch(prefill_tokens=int(p), prefill_attn=p * (I + cached) / 2.0, prefill_kv=p * I / Ic,
-                     prefill_seqs=max(1, int(p / Ic)))
+    pf_batch = Batch(prefill_tokens=int(p), prefill_attn=p * (I + cached) / 2.0, prefill_kv=p * I / Ic, prefill_seqs=max(1, int(p / Ic)))
     dec_batch = Batch.decode(max(1, int(round(w))), ctx) if dec > 0 else None
     return make_prediction(
-        cfg, cm, budget, seqs, x, pf_batch, dec_batch, I, O,
+        cfg,
+        cm,
+        budget,
+        seqs,
+        x,
+        pf_batch,
+        dec_batch,
+        I,
+        O,
         concurrency=concurrency,
         request_rate=None,
         ttft_ms=stats_of(ovh + wait + mean_in, ttft_q, 1e3),

@@ -218,9 +218,7 @@ def _window(tok: Tokenizer, ids: np.ndarray, start: int, length: int, lead: str 
     return text, got  # rare: the closest we got; the true count is recorded, not the wish
 
 
-def random_prompts(
-    tok: Tokenizer, input: LengthDist, output: LengthDist, n: int, seed: int = 0, prefix: str = ""
-) -> list[Prompt]:
+def random_prompts(tok: Tokenizer, input: LengthDist, output: LengthDist, n: int, seed: int = 0, prefix: str = "") -> list[Prompt]:
     # One generator per quantity, so the first k prompts are the same whatever n is.
     ids = _corpus_ids(tok)
     ins = sample_lengths(input, n, np.random.default_rng([seed, 0]))
@@ -234,9 +232,7 @@ def random_prompts(
     return prompts
 
 
-def shared_prefix_prompts(
-    tok: Tokenizer, prefix_len: int, input: LengthDist, output: LengthDist, n: int, seed: int = 0
-) -> list[Prompt]:
+def shared_prefix_prompts(tok: Tokenizer, prefix_len: int, input: LengthDist, output: LengthDist, n: int, seed: int = 0) -> list[Prompt]:
     """Every prompt starts with the same ``prefix_len``-token text, then a random suffix of the
     drawn length (so ISL = prefix + suffix)."""
     if prefix_len < 1:
@@ -260,8 +256,7 @@ def corpus_prompts(tok: Tokenizer, output: LengthDist, n: int, seed: int = 0) ->
     order = rng.permutation(len(paras))
     outs = sample_lengths(output, n, rng)
     return [
-        Prompt(text=paras[order[i % len(paras)]], input_tokens=tok.count(paras[order[i % len(paras)]]), output_tokens=int(outs[i]))
-        for i in range(n)
+        Prompt(text=paras[order[i % len(paras)]], input_tokens=tok.count(paras[order[i % len(paras)]]), output_tokens=int(outs[i])) for i in range(n)
     ]
 
 
@@ -282,7 +277,7 @@ def _read_sharegpt(path: Path) -> list:
         except ValueError:
             raise BadInput(
                 f"dataset file {str(path)!r} is not valid JSON ({first.msg} at line {first.lineno})",
-                "expected a ShareGPT list of {\"conversations\": [{\"from\": \"human\", \"value\": ...}, ...]}",
+                'expected a ShareGPT list of {"conversations": [{"from": "human", "value": ...}, ...]}',
             ) from None
     if isinstance(data, dict):
         data = data.get("data") or data.get("conversations") and [data] or []
@@ -291,9 +286,7 @@ def _read_sharegpt(path: Path) -> list:
     return data
 
 
-def sharegpt_prompts(
-    path: str | Path, tok: Tokenizer, n: int, seed: int = 0, output: LengthDist | None = None
-) -> list[Prompt]:
+def sharegpt_prompts(path: str | Path, tok: Tokenizer, n: int, seed: int = 0, output: LengthDist | None = None) -> list[Prompt]:
     """ShareGPT: the first human turn is the prompt; the output length is the first reply's
     token count unless ``output`` fixes it. Entries without two turns are skipped (vLLM's rule);
     the file's order is shuffled with ``seed`` and cycled when ``n`` exceeds it."""
@@ -315,7 +308,7 @@ def sharegpt_prompts(
     if not usable:
         raise BadInput(
             f"dataset file {str(path)!r} has no usable conversations",
-            "each entry needs \"conversations\" with at least a prompt and a reply",
+            'each entry needs "conversations" with at least a prompt and a reply',
         )
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(usable))

@@ -61,7 +61,8 @@ def _diagnose(lag_p99: float, send_p99: float, cpu: float) -> str | None:
         late.append(f"sends {send_p99:.1f} ms behind schedule at p99")
     if cpu > CPU_WARN:
         return (
-            "client is the bottleneck: " + ", ".join(late + [f"client CPU {cpu:.0%} of a core"])
+            "client is the bottleneck: "
+            + ", ".join(late + [f"client CPU {cpu:.0%} of a core"])
             + " — timings may be late and throughput capped by the client; lower the load or add client processes"
         )
     if late and cpu > 0.5:

@@ -133,9 +133,7 @@ def summarize(
     inv = 1.0 / dur if dur > 0 else math.nan
 
     send = np.fromiter((r.send_time for r in ok), dtype=np.float64, count=n_ok)
-    sched = np.fromiter(
-        (r.send_time if r.scheduled_time is None else r.scheduled_time for r in ok), dtype=np.float64, count=n_ok
-    )
+    sched = np.fromiter((r.send_time if r.scheduled_time is None else r.scheduled_time for r in ok), dtype=np.float64, count=n_ok)
     isl = np.fromiter((r.input_tokens for r in ok), dtype=np.int64, count=n_ok)
     osl = np.fromiter((r.output_tokens for r in ok), dtype=np.int64, count=n_ok)
     end = np.fromiter((r.end_time for r in ok), dtype=np.float64, count=n_ok)

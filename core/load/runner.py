@@ -65,6 +65,7 @@ from collections.abc import Callable, Sequence
 from core.load.datasets import Prompt, Tokenizer
 from core.load.health import _diagnose, _Lag, _p99_ms
 from core.load.metrics import summarize
+
 # The result types live in core.load.result; callers have always imported them from here.
 from core.load.result import ClientHealth, LoadResult, Progress, Target  # noqa: F401 - re-exported
 from core.load.schedule import arrival_times
@@ -286,7 +287,11 @@ async def run_load(
             )
     elif missing:
         notes.append(f"{len(missing)} request(s) reported no usage and no tokenizer was given: output tokens counted as content chunks")
-    disc = [r for r in records if r.output_tokens_usage is not None and r.output_tokens_retokenized is not None and r.output_tokens_usage != r.output_tokens_retokenized]
+    disc = [
+        r
+        for r in records
+        if r.output_tokens_usage is not None and r.output_tokens_retokenized is not None and r.output_tokens_usage != r.output_tokens_retokenized
+    ]
     if retokenize and disc:
         notes.append(f"usage discrepancy: {len(disc)} request(s) where the server's completion_tokens differ from the retokenized count")
 

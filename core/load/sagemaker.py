@@ -111,8 +111,7 @@ class _LMIParser:
         return "".join(self.texts)
 
 
-def stream_parser(fmt: str, rec: RequestRecord, t0: float, *, chat: bool,
-                  per_chunk_usage: bool = False) -> SSEParser | _LMIParser:
+def stream_parser(fmt: str, rec: RequestRecord, t0: float, *, chat: bool, per_chunk_usage: bool = False) -> SSEParser | _LMIParser:
     """The parser for one ``InvokeEndpointWithResponseStream`` body: ``fmt`` "lmi" for
     token lines (LMI jsonlines, TGI's ``data:{"token": ...}`` events), anything else for an
     OpenAI SSE stream. Both expose ``feed(t_abs, bytes) -> done``, ``text()`` and
@@ -256,7 +255,9 @@ class SageMakerTarget:
             return
         e = rec.error
         if "credentials" in e.lower():
-            raise BadInput(f"no AWS credentials for SageMaker endpoint {self.endpoint!r} ({e})", "configure AWS credentials (aws configure, AWS_PROFILE)")
+            raise BadInput(
+                f"no AWS credentials for SageMaker endpoint {self.endpoint!r} ({e})", "configure AWS credentials (aws configure, AWS_PROFILE)"
+            )
         if "not found" in e.lower() or "ValidationError" in e:
             raise BadInput(f"SageMaker endpoint {self.endpoint!r}: {e}", "check --sagemaker-endpoint and --region")
         if "AccessDenied" in e or "UnrecognizedClient" in e or "ExpiredToken" in e:

@@ -91,10 +91,14 @@ class CostEstimate:
     def text(self) -> str:
         mins = sum(self.minutes.values())
         if self.usd is None:
-            return (f"estimated cost: unknown, no price for {', '.join(self.unpriced)} "
-                    f"({len(self.minutes)} instance(s), about {mins:.0f} instance-minutes in all)")
-        return (f"estimated cost: ${self.usd:.2f} ({len(self.minutes)} instance(s), about {mins:.0f} instance-minutes "
-                f"in all, {DEPLOY_MINUTES:.0f} min each to deploy)")
+            return (
+                f"estimated cost: unknown, no price for {', '.join(self.unpriced)} "
+                f"({len(self.minutes)} instance(s), about {mins:.0f} instance-minutes in all)"
+            )
+        return (
+            f"estimated cost: ${self.usd:.2f} ({len(self.minutes)} instance(s), about {mins:.0f} instance-minutes "
+            f"in all, {DEPLOY_MINUTES:.0f} min each to deploy)"
+        )
 
 
 def check_options(opts: MeasureOptions, ops: DeployOps) -> None:
@@ -123,12 +127,19 @@ def plan_finalists(model: str, cands: list, opts: MeasureOptions, ops: DeployOps
     out = []
     for i, c in enumerate(cands[: opts.n], 1):
         cfg = server_config(model, server_args_of(c))
-        src = ops.DeploySource(config=cfg, gpu=c.gpu, num_gpus=c.tp, simulated=True,
-                           request_throughput=(c.capacity_rps / c.copies) or None,
-                           output_throughput=(c.output_tok_per_s / c.copies) or None, note="the estimator's knee")
+        src = ops.DeploySource(
+            config=cfg,
+            gpu=c.gpu,
+            num_gpus=c.tp,
+            simulated=True,
+            request_throughput=(c.capacity_rps / c.copies) or None,
+            output_throughput=(c.output_tok_per_s / c.copies) or None,
+            note="the estimator's knee",
+        )
         name = f"knee-m{stamp}-{i}-{c.instance.removeprefix('ml.').replace('.', '-')}"[:56].rstrip("-")
-        target = ops.DeployTarget(instance=c.instance, container=opts.container, region=opts.region, role_arn=opts.role_arn,
-                              name=name, instance_count=1)
+        target = ops.DeployTarget(
+            instance=c.instance, container=opts.container, region=opts.region, role_arn=opts.role_arn, name=name, instance_count=1
+        )
         out.append(Finalist(c, ops.build_plan(src, target)))
     return out
 
@@ -204,8 +215,9 @@ def interrupts_as_keyboard(say: Say):
             signal.signal(s, h)
 
 
-def _deploy_all(finals: list[Finalist], clients, opts: MeasureOptions, ops: DeployOps, cancel: threading.Event,
-                say: Say, protect: Callable[[], None]) -> None:
+def _deploy_all(
+    finals: list[Finalist], clients, opts: MeasureOptions, ops: DeployOps, cancel: threading.Event, say: Say, protect: Callable[[], None]
+) -> None:
     last_wait: dict[str | None, float] = {}
 
     def progress(ev) -> None:
@@ -263,12 +275,28 @@ def teardown(names: list[str], clients, opts: MeasureOptions, ops: DeployOps, sa
 
 
 def leftover_lines(left: list[str], region: str) -> list[str]:
-    return ([f"LEFT BEHIND (still billed): {', '.join(left)}; delete with:"]
-            + [f"  knee deploy delete --name {n} --region {region} --yes" for n in left]) if left else []
+    return (
+        (
+            [f"LEFT BEHIND (still billed): {', '.join(left)}; delete with:"]
+            + [f"  knee deploy delete --name {n} --region {region} --yes" for n in left]
+        )
+        if left
+        else []
+    )
 
 
-def measure(req, finals: list[Finalist], opts: MeasureOptions, ops: DeployOps, *, clients=None, store=None, say: Say = print,
-            protect: Callable[[], None] = lambda: None, cancel: threading.Event | None = None) -> MeasureResult:
+def measure(
+    req,
+    finals: list[Finalist],
+    opts: MeasureOptions,
+    ops: DeployOps,
+    *,
+    clients=None,
+    store=None,
+    say: Say = print,
+    protect: Callable[[], None] = lambda: None,
+    cancel: threading.Event | None = None,
+) -> MeasureResult:
     """Deploy, benchmark, store and delete (see the module docstring). The caller has shown
     :func:`cost_estimate` and the user agreed. Raises RunFailed (after teardown) when a
     deployment fails; KeyboardInterrupt (or :class:`Cancelled`, once ``cancel`` is set) passes
@@ -300,13 +328,22 @@ def measure(req, finals: list[Finalist], opts: MeasureOptions, ops: DeployOps, *
             _check(cancel)
             c, p = f.cand, f.plan
             fmt = "lmi" if p.container == "lmi" else "vllm"
-            target = SageMakerTarget(p.endpoint_name, model=req.model, fmt=fmt, region=opts.region,
-                                     inference_component=p.inference_component_name)
-            say(f"benchmarking {p.endpoint_name} ({c.instance}, TP{c.tp} x {c.copies}): SLA search from c={min(max(1, c.concurrency), opts.max_concurrency)}")
+            target = SageMakerTarget(p.endpoint_name, model=req.model, fmt=fmt, region=opts.region, inference_component=p.inference_component_name)
+            say(
+                f"benchmarking {p.endpoint_name} ({c.instance}, TP{c.tp} x {c.copies}): SLA search from c={min(max(1, c.concurrency), opts.max_concurrency)}"
+            )
             share = req.target_rps / c.instances_needed if req.target_rps and c.instances_needed else None
-            bench = bench_endpoint(target, prompts, slo, seed=max(1, c.concurrency), cap=opts.max_concurrency,
-                                   prompts_per_probe=opts.prompts_for, max_probes=opts.max_probes,
-                                   target_rps=share, say=lambda s: _say_unless_cancelled(cancel, say, "  " + s))
+            bench = bench_endpoint(
+                target,
+                prompts,
+                slo,
+                seed=max(1, c.concurrency),
+                cap=opts.max_concurrency,
+                prompts_per_probe=opts.prompts_for,
+                max_probes=opts.max_probes,
+                target_rps=share,
+                say=lambda s: _say_unless_cancelled(cancel, say, "  " + s),
+            )
             tid = store_finalist(store, study, c, p.endpoint_name, bench)
             rows.append(measured_row(c, tid, bench, req.target_rps))
             say(f"deleting {p.endpoint_name}")

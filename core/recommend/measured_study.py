@@ -29,12 +29,29 @@ def server_args_of(cand) -> dict[str, Any]:
 def create_study(store, name: str, req, region: str, finalists: list) -> None:
     from core.spec.study import EngineSpec, SweepSpec
 
-    spec = SweepSpec(model=req.model, engine=EngineSpec(kind="external", url=f"sagemaker://{region}"),
-                     constraints=req.constraints, input_len=int(req.input_len), output_len=int(req.output_len),
-                     strategy="sla", objective="throughput" if req.goal == "cost" else req.goal)
-    store.create_study(name, spec, req.model, source=MEASURED_ON, info={
-        "measured_on": MEASURED_ON, "region": region, "constraints": req.constraints, "goal": req.goal,
-        "target_rps": req.target_rps, "finalists": [f"{c.instance} TP{c.tp}x{c.copies}" for c in finalists]})
+    spec = SweepSpec(
+        model=req.model,
+        engine=EngineSpec(kind="external", url=f"sagemaker://{region}"),
+        constraints=req.constraints,
+        input_len=int(req.input_len),
+        output_len=int(req.output_len),
+        strategy="sla",
+        objective="throughput" if req.goal == "cost" else req.goal,
+    )
+    store.create_study(
+        name,
+        spec,
+        req.model,
+        source=MEASURED_ON,
+        info={
+            "measured_on": MEASURED_ON,
+            "region": region,
+            "constraints": req.constraints,
+            "goal": req.goal,
+            "target_rps": req.target_rps,
+            "finalists": [f"{c.instance} TP{c.tp}x{c.copies}" for c in finalists],
+        },
+    )
     store.set_study(name, status="running")
 
 
@@ -44,20 +61,48 @@ def store_finalist(store, study: str, cand, endpoint: str, bench, failed: str | 
 
     sargs = server_args_of(cand)
     key = canonical_json({"instance": cand.instance, "copies": cand.copies, "server_args": sargs})
-    predicted = {"instance": cand.instance, "measured_on": MEASURED_ON, "endpoint": endpoint, "copies": cand.copies,
-                 "capacity_rps": cand.capacity_rps, "capacity_rps_low": cand.capacity_rps_low,
-                 "capacity_rps_high": cand.capacity_rps_high, "concurrency_at_knee": cand.concurrency}
-    tid = store.upsert_trial(study, key, sargs, status="failed" if failed else "ok", reason=failed,
-                             cmd=f"SageMaker endpoint {endpoint} on {cand.instance}", predicted=predicted,
-                             ended_at=time.time())
-    for p in (bench.probes if bench else []):
+    predicted = {
+        "instance": cand.instance,
+        "measured_on": MEASURED_ON,
+        "endpoint": endpoint,
+        "copies": cand.copies,
+        "capacity_rps": cand.capacity_rps,
+        "capacity_rps_low": cand.capacity_rps_low,
+        "capacity_rps_high": cand.capacity_rps_high,
+        "concurrency_at_knee": cand.concurrency,
+    }
+    tid = store.upsert_trial(
+        study,
+        key,
+        sargs,
+        status="failed" if failed else "ok",
+        reason=failed,
+        cmd=f"SageMaker endpoint {endpoint} on {cand.instance}",
+        predicted=predicted,
+        ended_at=time.time(),
+    )
+    for p in bench.probes if bench else []:
         summary = {**p.summary, "instance": cand.instance, "measured_on": MEASURED_ON, "endpoint": endpoint}
-        row = PointRow(study=study, point_id=make_point_id({"instance": cand.instance, **sargs}, p.client_args),
-                       trial_id=tid, trial_key=key, server_args=sargs, client_args=p.client_args,
-                       status="ok" if p.ok else "failed", reason=p.reason, summary=summary, simulated=False,
-                       source=MEASURED_ON, search="sla", started_at=p.started_at, ended_at=p.ended_at,
-                       gpu_seconds=(p.ended_at - p.started_at) * cand.num_gpus, cmd=f"SageMaker endpoint {endpoint}",
-                       meets_slo=p.meets_slo, violations=p.violations)
+        row = PointRow(
+            study=study,
+            point_id=make_point_id({"instance": cand.instance, **sargs}, p.client_args),
+            trial_id=tid,
+            trial_key=key,
+            server_args=sargs,
+            client_args=p.client_args,
+            status="ok" if p.ok else "failed",
+            reason=p.reason,
+            summary=summary,
+            simulated=False,
+            source=MEASURED_ON,
+            search="sla",
+            started_at=p.started_at,
+            ended_at=p.ended_at,
+            gpu_seconds=(p.ended_at - p.started_at) * cand.num_gpus,
+            cmd=f"SageMaker endpoint {endpoint}",
+            meets_slo=p.meets_slo,
+            violations=p.violations,
+        )
         store.save_point(row, p.records)
     return tid
 
@@ -80,13 +125,23 @@ class MeasuredRow:
 
     def as_dict(self) -> dict[str, Any]:
         c = self.cand
-        return {"instance": c.instance, "layout": {"tp": c.tp, "copies": c.copies}, "trial_id": self.trial_id,
-                "measured_on": MEASURED_ON, "max_concurrency_meeting_slo": self.max_concurrency,
-                "capacity_rps": self.request_rps, "predicted_capacity_rps": c.capacity_rps,
-                "output_tok_per_s": self.output_tok_per_s, "p99_e2e_s": self.p99_e2e_s,
-                "instances_needed": self.instances_needed, "usd_per_hour": c.usd_per_hour,
-                "usd_per_hour_total": self.usd_per_hour_total, "usd_per_1m_output_tokens": self.usd_per_1m_output_tokens,
-                "at_target_rate": self.target, "note": self.note}
+        return {
+            "instance": c.instance,
+            "layout": {"tp": c.tp, "copies": c.copies},
+            "trial_id": self.trial_id,
+            "measured_on": MEASURED_ON,
+            "max_concurrency_meeting_slo": self.max_concurrency,
+            "capacity_rps": self.request_rps,
+            "predicted_capacity_rps": c.capacity_rps,
+            "output_tok_per_s": self.output_tok_per_s,
+            "p99_e2e_s": self.p99_e2e_s,
+            "instances_needed": self.instances_needed,
+            "usd_per_hour": c.usd_per_hour,
+            "usd_per_hour_total": self.usd_per_hour_total,
+            "usd_per_1m_output_tokens": self.usd_per_1m_output_tokens,
+            "at_target_rate": self.target,
+            "note": self.note,
+        }
 
 
 def measured_row(cand, trial_id: int | None, bench, target_rps: float | None, note: str = "") -> MeasuredRow:
@@ -110,10 +165,13 @@ def measured_row(cand, trial_id: int | None, bench, target_rps: float | None, no
     tgt = None
     if bench is not None and bench.at_target is not None:
         s = bench.at_target.summary
-        tgt = {"request_rate": bench.at_target.client_args["request_rate"], "request_throughput": s.get("request_throughput"),
-               "p99_e2e_s": (s.get("p99_e2el_ms") or 0) / 1000, "meets_slo": bench.at_target.meets_slo}
-    return MeasuredRow(cand, trial_id, best.client_args["max_concurrency"] if best else None, rps, out, e2e, needed,
-                       total, per_m, tgt, note)
+        tgt = {
+            "request_rate": bench.at_target.client_args["request_rate"],
+            "request_throughput": s.get("request_throughput"),
+            "p99_e2e_s": (s.get("p99_e2el_ms") or 0) / 1000,
+            "meets_slo": bench.at_target.meets_slo,
+        }
+    return MeasuredRow(cand, trial_id, best.client_args["max_concurrency"] if best else None, rps, out, e2e, needed, total, per_m, tgt, note)
 
 
 def rank_measured(rows: list[MeasuredRow], goal: str, target_rps: float | None) -> list[MeasuredRow]:

@@ -79,9 +79,17 @@ def run_probe(target, prompts: list, client_args: dict[str, Any], slo, max_error
         first = next((r.error for r in res.records if r.error), None)
         ok, reason = False, f"too many errors: {failed} of {n} requests failed" + (f" (first: {first})" if first else "")
     meets = ok and slo.holds(summary)
-    return Probe(client_args=dict(client_args), summary=summary, ok=ok, meets_slo=meets,
-                 violations=slo.violations(summary) if ok else [], reason=reason, records=list(res.records),
-                 started_at=t0, ended_at=time.time())
+    return Probe(
+        client_args=dict(client_args),
+        summary=summary,
+        ok=ok,
+        meets_slo=meets,
+        violations=slo.violations(summary) if ok else [],
+        reason=reason,
+        records=list(res.records),
+        started_at=t0,
+        ended_at=time.time(),
+    )
 
 
 @dataclass
@@ -92,13 +100,23 @@ class EndpointBench:
     at_target: Probe | None  # the per-instance share of --target-rps, open loop
 
 
-
 def _verdict(p) -> str:
     """One probe's outcome in words: it met the SLOs, or why not."""
     return "meets the SLOs" if p.meets_slo else (p.reason or "misses: " + "; ".join(p.violations))
 
-def bench_endpoint(target, prompts: list, slo, *, seed: int, cap: int, prompts_per_probe: Callable[[int], int],
-                   max_probes: int, target_rps: float | None, say: Callable[[str], None]) -> EndpointBench:
+
+def bench_endpoint(
+    target,
+    prompts: list,
+    slo,
+    *,
+    seed: int,
+    cap: int,
+    prompts_per_probe: Callable[[int], int],
+    max_probes: int,
+    target_rps: float | None,
+    say: Callable[[str], None],
+) -> EndpointBench:
     """SLA search at the SLO edge, then the target rate when given."""
     probes: list[Probe] = []
 
@@ -109,8 +127,10 @@ def bench_endpoint(target, prompts: list, slo, *, seed: int, cap: int, prompts_p
         probes.append(p)
         s = p.summary
         verdict = _verdict(p)
-        say(f"  c={c}: {s.get('request_throughput', 0):.2f} req/s, {s.get('output_throughput', 0):.0f} out tok/s, "
-            f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}")
+        say(
+            f"  c={c}: {s.get('request_throughput', 0):.2f} req/s, {s.get('output_throughput', 0):.0f} out tok/s, "
+            f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}"
+        )
         return p.meets_slo
 
     lo, hi = sla_search(meets, seed, cap, max_probes)
@@ -123,6 +143,8 @@ def bench_endpoint(target, prompts: list, slo, *, seed: int, cap: int, prompts_p
         probes.append(at_target)
         s = at_target.summary
         verdict = _verdict(at_target)
-        say(f"  {target_rps:g} req/s offered: {s.get('request_throughput', 0):.2f} req/s served, "
-            f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}")
+        say(
+            f"  {target_rps:g} req/s offered: {s.get('request_throughput', 0):.2f} req/s served, "
+            f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}"
+        )
     return EndpointBench(probes, lo, hi, at_target)

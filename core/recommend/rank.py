@@ -162,8 +162,10 @@ def recommend(req: RecommendRequest) -> Recommendation:
     from core.catalog.hardware import instances_in, regions
 
     if req.region is not None and req.region not in regions():
-        raise BadInput(f"no prices for region {req.region!r} in the catalog",
-                       f"use one of {', '.join(regions())}, or add [instances.\"ml.x\".regions.{req.region}] prices to ~/.config/knee/catalog.toml")
+        raise BadInput(
+            f"no prices for region {req.region!r} in the catalog",
+            f'use one of {", ".join(regions())}, or add [instances."ml.x".regions.{req.region}] prices to ~/.config/knee/catalog.toml',
+        )
     regional = instances_in(req.region) if req.region is not None else None
     rec = Recommendation(req, band_source=source())
     archs: dict[str | None, ModelArch] = {}
@@ -176,15 +178,26 @@ def recommend(req: RecommendRequest) -> Recommendation:
             if precision not in archs:
                 archs[precision] = load_model(req.model, precision=precision)
             arch = archs[precision]
-            rep = estimate(model=req.model, arch=arch, hardware=hw, input_len=req.input_len, output_len=req.output_len,
-                           constraints=req.constraints, concurrency=[1], engine=req.engine, kv_cache_dtype=kv)
+            rep = estimate(
+                model=req.model,
+                arch=arch,
+                hardware=hw,
+                input_len=req.input_len,
+                output_len=req.output_len,
+                constraints=req.constraints,
+                concurrency=[1],
+                engine=req.engine,
+                kv_cache_dtype=kv,
+            )
             if not rep.configs:
                 reasons.append("does not fit: " + "; ".join(f"TP{m.tp}: {m.reason}" for m in rep.memory))
                 continue
             for ce in rep.configs:
                 if not ce.limits.slo_feasible:
-                    reasons.append(f"SLO unreachable at any load on TP{ce.config.tp} x {ce.config.dp}: "
-                                   + "; ".join(f"{c.constraint}" for c in ce.limits.slo if c.concurrency is None))
+                    reasons.append(
+                        f"SLO unreachable at any load on TP{ce.config.tp} x {ce.config.dp}: "
+                        + "; ".join(f"{c.constraint}" for c in ce.limits.slo if c.concurrency is None)
+                    )
                     continue
                 found = True
                 rec.ranked.append(_candidate(req, inst, hw, ce, arch, kv, band))
@@ -195,7 +208,11 @@ def recommend(req: RecommendRequest) -> Recommendation:
         for c in [c for c in rec.ranked if c.usd_per_hour is None]:
             if all(x.instance != c.instance for x in priced) and all(e.instance != c.instance for e in rec.excluded):
                 where = f" in {req.region}" if req.region else ""
-                rec.excluded.append(Excluded(c.instance, f"price unknown{where} (capacity {c.capacity_rps:.2f} req/s): set price_per_hour in ~/.config/knee/catalog.toml"))
+                rec.excluded.append(
+                    Excluded(
+                        c.instance, f"price unknown{where} (capacity {c.capacity_rps:.2f} req/s): set price_per_hour in ~/.config/knee/catalog.toml"
+                    )
+                )
         rec.ranked = priced
     rec.ranked.sort(key=_rank_key(req))
     rec.excluded.sort(key=lambda e: e.instance)
@@ -216,9 +233,14 @@ def _candidate(req: RecommendRequest, inst, hw, ce, arch, kv: str, band) -> Cand
     total = price * (needed or 1) if price is not None else None
     per_m = price / (tb["low"] * 3600) * 1e6 if price is not None and tb["low"] > 0 else None
     cfg = ce.config
-    knobs = {"tensor_parallel_size": cfg.tp, "data_parallel_size": cfg.dp, "max_num_seqs": cfg.max_num_seqs,
-             "max_num_batched_tokens": cfg.max_num_batched_tokens, "max_model_len": cfg.max_model_len,
-             "gpu_memory_utilization": cfg.gpu_memory_utilization}
+    knobs = {
+        "tensor_parallel_size": cfg.tp,
+        "data_parallel_size": cfg.dp,
+        "max_num_seqs": cfg.max_num_seqs,
+        "max_num_batched_tokens": cfg.max_num_batched_tokens,
+        "max_model_len": cfg.max_model_len,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+    }
     precision = arch.quantization.method if arch.quantization.method not in ("bf16", "fp16") else arch.dtype
     if arch.quantization.method not in ("bf16", "fp16"):
         knobs["quantization"] = arch.quantization.method
@@ -226,15 +248,29 @@ def _candidate(req: RecommendRequest, inst, hw, ce, arch, kv: str, band) -> Cand
         knobs["kv_cache_dtype"] = kv
     bottleneck = k.decode_bottleneck if k.limited_by in ("load", "max_num_seqs") else k.limited_by
     return Candidate(
-        instance=inst.name, gpu=hw.gpu.name, num_gpus=hw.num_gpus, tp=cfg.tp, copies=cfg.dp,
-        precision=precision, kv_cache_dtype=kv,
-        capacity_rps=k.req_per_s, capacity_rps_low=b["low"], capacity_rps_high=b["high"],
-        output_tok_per_s=k.output_tok_per_s, concurrency=int(k.concurrency or 0),
-        ttft_ms=k.ttft_ms.mean, e2e_s=k.e2e_s.mean,
-        instances_needed=needed, usd_per_hour=price, usd_per_hour_total=total, usd_per_1m_output_tokens=per_m,
+        instance=inst.name,
+        gpu=hw.gpu.name,
+        num_gpus=hw.num_gpus,
+        tp=cfg.tp,
+        copies=cfg.dp,
+        precision=precision,
+        kv_cache_dtype=kv,
+        capacity_rps=k.req_per_s,
+        capacity_rps_low=b["low"],
+        capacity_rps_high=b["high"],
+        output_tok_per_s=k.output_tok_per_s,
+        concurrency=int(k.concurrency or 0),
+        ttft_ms=k.ttft_ms.mean,
+        e2e_s=k.e2e_s.mean,
+        instances_needed=needed,
+        usd_per_hour=price,
+        usd_per_hour_total=total,
+        usd_per_1m_output_tokens=per_m,
         bottleneck=f"decode: {k.decode_bottleneck}; prefill: {k.prefill_bottleneck}; batch limited by {k.limited_by}" if bottleneck else k.limited_by,
         knobs=knobs,
-        price_note=None if price is None else f"{inst.price_region or 'us-east-1'} {inst.price_date or 'undated'}" + (", uncertain" if "price_per_hour" in inst.uncertain else ""),
+        price_note=None
+        if price is None
+        else f"{inst.price_region or 'us-east-1'} {inst.price_date or 'undated'}" + (", uncertain" if "price_per_hour" in inst.uncertain else ""),
     )
 
 

@@ -12,7 +12,9 @@ from core.results.analysis import best, knee, pareto
 from core.results.store import StudyStore, default_storage
 
 
-def recommend(store: StudyStore, study: str, objective: str | None = None, constraints: str | None = None, point_id: str | None = None) -> tuple[Any, Any] | None:
+def recommend(
+    store: StudyStore, study: str, objective: str | None = None, constraints: str | None = None, point_id: str | None = None
+) -> tuple[Any, Any] | None:
     """(ServerConfig, PointRow) of the best point under the study's SLOs (or of ``point_id``);
     None when no point meets them. ``PointRow.summary`` holds the measured metrics
     (``output_throughput``, ``p99_e2el_ms``, ...), ``PointRow.client_args`` the load it

@@ -14,7 +14,17 @@ from core.errors import BadInput
 from core.spec.slo import METRIC_ALIASES, SLO
 from core.spec.study import PointRow
 
-MAXIMIZE_PREFIXES = ("request_throughput", "output_throughput", "total_token_throughput", "input_throughput", "request_goodput", "good_fraction", "max_output_tokens_per_s", "completed", "tokens_per_s")
+MAXIMIZE_PREFIXES = (
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "input_throughput",
+    "request_goodput",
+    "good_fraction",
+    "max_output_tokens_per_s",
+    "completed",
+    "tokens_per_s",
+)
 # knobs that read as metrics (axis "max_concurrency" in a plot)
 _KNOBS_UP = ("max_concurrency", "request_rate", "concurrency", "max_concurrent_requests")
 
@@ -148,7 +158,9 @@ def cost_per_1m_tokens(p: PointRow, price_per_gpu_hour: float | None) -> float |
     return price_per_gpu_hour * tp * dp / 3600.0 / tput * 1e6
 
 
-def best(points: Iterable[PointRow], objective: str = "throughput", slo: SLO | None = None, price_per_gpu_hour: float | None = None) -> PointRow | None:
+def best(
+    points: Iterable[PointRow], objective: str = "throughput", slo: SLO | None = None, price_per_gpu_hour: float | None = None
+) -> PointRow | None:
     """The successful point with the best objective among those meeting every constraint."""
     cands = []
     for p in points:
@@ -172,5 +184,3 @@ def vllm_command(model: str, server_args: dict[str, Any]) -> str:
     from core.spec.server_args import emit_args
 
     return shlex.join(["vllm", "serve", model, *emit_args(server_args)])
-
-

@@ -70,7 +70,16 @@ def llmo_record(p: PointRow, meta: dict[str, Any], slo: SLO) -> dict[str, Any]:
             results[k] = None if rr is None or rr == float("inf") else rr
         else:
             results[k] = client.get(k)
-    for k in ("duration", "completed", "total_input_tokens", "total_output_tokens", "request_throughput", "input_throughput", "output_throughput", "concurrency"):
+    for k in (
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "input_throughput",
+        "output_throughput",
+        "concurrency",
+    ):
         results[k] = _num(s.get(k))
     results["total_output_tokens_retokenized"] = _num(s.get("total_output_tokens_retokenized", s.get("total_output_tokens")))
     for stat in LLMO_STATS:
@@ -133,35 +142,55 @@ def _isnan(v: Any) -> bool:
 def aggregated(points: Sequence[PointRow], meta: dict[str, Any], slo: SLO) -> dict[str, Any]:
     """llm-optimizer's aggregated JSON (what its ``visualize`` reads)."""
     records = [llmo_record(p, meta, slo) for p in points]
-    return _clean({
-        "metadata": {
-            "gpu_type": meta.get("gpu_type"),
-            "gpu_count": meta.get("gpu_count"),
-            "model_tag": meta.get("model"),
-            "total_tests": len(records),
-            "constraints": dashboard_constraints(slo),
-            "input_len": meta.get("input_len"),
-            "output_len": meta.get("output_len"),
-        },
-        "best_configurations": best_configurations(points, slo),
-        "test_results": records,
-    })
+    return _clean(
+        {
+            "metadata": {
+                "gpu_type": meta.get("gpu_type"),
+                "gpu_count": meta.get("gpu_count"),
+                "model_tag": meta.get("model"),
+                "total_tests": len(records),
+                "constraints": dashboard_constraints(slo),
+                "input_len": meta.get("input_len"),
+                "output_len": meta.get("output_len"),
+            },
+            "best_configurations": best_configurations(points, slo),
+            "test_results": records,
+        }
+    )
 
 
 def knee_json(study: dict[str, Any], trials: list, points: Sequence[PointRow], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return _clean({
-        "format": "knee-study/1",
-        "study": {k: v for k, v in study.items() if k not in ("runner_pid", "runner_host")},
-        "trials": [t.model_dump(mode="json") for t in trials],
-        "points": [p.model_dump(mode="json") for p in points],
-        **(extra or {}),
-    })
+    return _clean(
+        {
+            "format": "knee-study/1",
+            "study": {k: v for k, v in study.items() if k not in ("runner_pid", "runner_host")},
+            "trials": [t.model_dump(mode="json") for t in trials],
+            "points": [p.model_dump(mode="json") for p in points],
+            **(extra or {}),
+        }
+    )
 
 
 CSV_KEYS = (
-    "completed", "failed", "duration", "request_throughput", "output_throughput", "total_token_throughput",
-    "request_goodput", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms",
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "request_goodput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p90_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "p99_itl_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+    "p90_e2el_ms",
+    "p99_e2el_ms",
 )
 
 
@@ -170,7 +199,12 @@ def to_csv(points: Sequence[PointRow]) -> str:
     cargs = sorted({k for p in points for k in p.client_args})
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["point_id", "trial", "status", "reason", "meets_slo", "simulated", "source"] + [f"server.{k}" for k in sargs] + [f"client.{k}" for k in cargs] + list(CSV_KEYS))
+    w.writerow(
+        ["point_id", "trial", "status", "reason", "meets_slo", "simulated", "source"]
+        + [f"server.{k}" for k in sargs]
+        + [f"client.{k}" for k in cargs]
+        + list(CSV_KEYS)
+    )
     for p in points:
         row = [p.point_id, p.trial_id, p.status, (p.reason or "").splitlines()[0] if p.reason else "", p.meets_slo, p.simulated, p.source]
         row += [_csv(p.server_args.get(k)) for k in sargs] + [_csv(p.client_args.get(k)) for k in cargs]
@@ -215,7 +249,13 @@ def export(store, study: str, fmt: str, path: str | Path | None = None) -> str:
 def study_meta(store, study: str) -> dict[str, Any]:
     s = store.study(study) or {}
     info = s.get("info") or {}
-    meta = {"model": s.get("model"), "gpu_type": info.get("gpu_type"), "gpu_count": info.get("gpu_count"), "engine": info.get("engine"), "constraints": info.get("constraints", "")}
+    meta = {
+        "model": s.get("model"),
+        "gpu_type": info.get("gpu_type"),
+        "gpu_count": info.get("gpu_count"),
+        "engine": info.get("engine"),
+        "constraints": info.get("constraints", ""),
+    }
     if s.get("spec"):
         from core.spec.study import SweepSpec
 

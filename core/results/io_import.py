@@ -15,7 +15,16 @@ from core.spec.study import PointRow, canonical_json, make_point_id
 
 # Run-level keys llm-optimizer echoes beside the results: not metrics, so an import skips
 # them and an export writes them back (core.results.io.llmo_record).
-ECHO_KEYS = ("backend", "dataset_name", "request_rate", "max_concurrency", "sharegpt_output_len", "random_input_len", "random_output_len", "random_range_ratio")
+ECHO_KEYS = (
+    "backend",
+    "dataset_name",
+    "request_rate",
+    "max_concurrency",
+    "sharegpt_output_len",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+)
 
 
 def _from_llmo_results(r: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +139,10 @@ def detect_format(path: Path) -> tuple[str, Any]:
             try:
                 lines.append(json.loads(ln))
             except json.JSONDecodeError as e:
-                raise BadInput(f"{path} line {i} is not JSON ({e.msg})", "import takes llm-optimizer JSON/JSONL, vllm bench serve JSON or AIPerf profile_export_aiperf.json") from None
+                raise BadInput(
+                    f"{path} line {i} is not JSON ({e.msg})",
+                    "import takes llm-optimizer JSON/JSONL, vllm bench serve JSON or AIPerf profile_export_aiperf.json",
+                ) from None
         if lines and all(isinstance(r, dict) and "config" in r and "results" in r for r in lines):
             return "llm-optimizer-jsonl", lines
         raise BadInput(f"{path} is JSON lines but not llm-optimizer records")
@@ -144,7 +156,10 @@ def detect_format(path: Path) -> tuple[str, Any]:
         return "vllm-bench", data
     if isinstance(data, dict) and data.get("format") == "knee-study/1":
         return "knee-json", data
-    raise BadInput(f"{path}: unknown result format", "import takes llm-optimizer JSON/JSONL, vllm bench serve JSON, AIPerf profile_export_aiperf.json or knee JSON")
+    raise BadInput(
+        f"{path}: unknown result format",
+        "import takes llm-optimizer JSON/JSONL, vllm bench serve JSON, AIPerf profile_export_aiperf.json or knee JSON",
+    )
 
 
 def parse_import(path: str | Path, study: str) -> tuple[str, str | None, list[PointRow], dict[str, Any]]:
@@ -183,7 +198,18 @@ def parse_import(path: str | Path, study: str) -> tuple[str, str | None, list[Po
         summary = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         summary = {k: v for k, v in summary.items() if k not in cargs}
         model = data.get("model_id")
-        points.append(PointRow(study=study, point_id=make_point_id(sargs, cargs), trial_id=0, trial_key=canonical_json(sargs), server_args=sargs, client_args=cargs, summary=summary, source="vllm-bench"))
+        points.append(
+            PointRow(
+                study=study,
+                point_id=make_point_id(sargs, cargs),
+                trial_id=0,
+                trial_key=canonical_json(sargs),
+                server_args=sargs,
+                client_args=cargs,
+                summary=summary,
+                source="vllm-bench",
+            )
+        )
     elif fmt == "aiperf":
         cfg = data.get("input_config") or {}
         load = cfg.get("loadgen") or {}
@@ -196,7 +222,18 @@ def parse_import(path: str | Path, study: str) -> tuple[str, str | None, list[Po
         names = ep.get("model_names") or []
         model = names[0] if names else None
         sargs = {}
-        points.append(PointRow(study=study, point_id=make_point_id(sargs, cargs), trial_id=0, trial_key=canonical_json(sargs), server_args=sargs, client_args=cargs, summary=_aiperf_summary(data), source="aiperf"))
+        points.append(
+            PointRow(
+                study=study,
+                point_id=make_point_id(sargs, cargs),
+                trial_id=0,
+                trial_key=canonical_json(sargs),
+                server_args=sargs,
+                client_args=cargs,
+                summary=_aiperf_summary(data),
+                source="aiperf",
+            )
+        )
     if not points:
         raise BadInput(f"{path} holds no runs")
     return fmt, model, points, meta
@@ -211,7 +248,18 @@ def import_file(store, path: str | Path, study: str | None = None, model: str | 
     model = model or file_model or "unknown"
     existing = store.study(name)
     if existing is None:
-        store.create_study(name, None, model, source=fmt, info={"imported_from": str(path), "gpu_type": meta.get("gpu_type"), "gpu_count": meta.get("gpu_count"), "constraints": _constraints_text(meta)})
+        store.create_study(
+            name,
+            None,
+            model,
+            source=fmt,
+            info={
+                "imported_from": str(path),
+                "gpu_type": meta.get("gpu_type"),
+                "gpu_count": meta.get("gpu_count"),
+                "constraints": _constraints_text(meta),
+            },
+        )
     elif existing["model"] != model and model != "unknown":
         raise BadInput(f"study {name!r} holds results for {existing['model']}, not {model}", "import into another --study")
     slo = parse_constraints(_constraints_text(meta)) if meta.get("constraints") else None

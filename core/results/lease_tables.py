@@ -80,6 +80,7 @@ trial_hosts_t = sa.Table(
     sa.Column("recorded_at", sa.Float),
 )
 
+
 class LeaseLost(Exception):
     """A worker's lease on a configuration expired and another worker took it over: the
     point it measured is not stored (the new holder measures it)."""
@@ -101,12 +102,20 @@ class WorkerRecords:
     def record_trial_host(self, study: str, trial_id: int, worker: str, **values: Any) -> None:
         """Where a launch of ``trial_id`` ran (host, gpu_type, gpu_count, engine, engine_version, simulated)."""
         with self.engine.begin() as c:
-            c.execute(trial_hosts_t.delete().where(trial_hosts_t.c.study == study, trial_hosts_t.c.trial_id == trial_id, trial_hosts_t.c.worker == worker))
+            c.execute(
+                trial_hosts_t.delete().where(trial_hosts_t.c.study == study, trial_hosts_t.c.trial_id == trial_id, trial_hosts_t.c.worker == worker)
+            )
             c.execute(trial_hosts_t.insert().values(study=study, trial_id=trial_id, worker=worker, recorded_at=time.time(), **values))
 
     def trial_hosts(self, study: str) -> list[dict[str, Any]]:
         with self.engine.connect() as c:
-            rows = c.execute(sa.select(trial_hosts_t).where(trial_hosts_t.c.study == study).order_by(trial_hosts_t.c.trial_id, trial_hosts_t.c.recorded_at)).mappings().all()
+            rows = (
+                c.execute(
+                    sa.select(trial_hosts_t).where(trial_hosts_t.c.study == study).order_by(trial_hosts_t.c.trial_id, trial_hosts_t.c.recorded_at)
+                )
+                .mappings()
+                .all()
+            )
         return [dict(r) for r in rows]
 
     def leases(self, study: str) -> list[dict[str, Any]]:

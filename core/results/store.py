@@ -155,8 +155,11 @@ class StudyStore(EventLog, WorkerRecords):
             try:
                 self.engine = sa.create_engine(url, pool_pre_ping=True)
             except ModuleNotFoundError as e:  # the URL's driver is not installed
-                fix = ('install the PostgreSQL driver: pip install -e ".[postgres]"' if url.startswith("postgresql")
-                       else f"install the Python package {e.name!r}")
+                fix = (
+                    'install the PostgreSQL driver: pip install -e ".[postgres]"'
+                    if url.startswith("postgresql")
+                    else f"install the Python package {e.name!r}"
+                )
                 raise BadInput(f"cannot use storage {_redacted(url)!r}: no module named {e.name!r}", fix) from None
             except Exception as e:  # bad URL
                 raise BadInput(f"cannot use storage {_redacted(url)!r}: {e}") from None
@@ -265,9 +268,7 @@ class StudyStore(EventLog, WorkerRecords):
         """The trial id of ``trial_key`` in ``study`` (created when new); updates ``values``."""
         enc = encode_trial_values(values)
         with self.engine.begin() as c:
-            row = c.execute(
-                sa.select(trials_t.c.trial_id).where(trials_t.c.study == study, trials_t.c.trial_key == trial_key)
-            ).first()
+            row = c.execute(sa.select(trials_t.c.trial_id).where(trials_t.c.study == study, trials_t.c.trial_key == trial_key)).first()
             if row:
                 if enc:
                     c.execute(trials_t.update().where(trials_t.c.study == study, trials_t.c.trial_id == row[0]).values(**enc))
@@ -276,41 +277,35 @@ class StudyStore(EventLog, WorkerRecords):
             assert nxt is not None  # COALESCE of an aggregate: one row, never NULL
             tid = int(nxt) + 1
             enc.setdefault("status", "pending")
-            c.execute(
-                trials_t.insert().values(
-                    study=study, trial_id=tid, trial_key=trial_key, server_args=canonical_json(server_args), **enc
-                )
-            )
+            c.execute(trials_t.insert().values(study=study, trial_id=tid, trial_key=trial_key, server_args=canonical_json(server_args), **enc))
             return tid
 
     def update_trial(self, study: str, trial_id: int, **values: Any) -> None:
         with self.engine.begin() as c:
-            c.execute(
-                trials_t.update()
-                .where(trials_t.c.study == study, trials_t.c.trial_id == trial_id)
-                .values(**encode_trial_values(values))
-            )
+            c.execute(trials_t.update().where(trials_t.c.study == study, trials_t.c.trial_id == trial_id).values(**encode_trial_values(values)))
 
     def trials(self, study: str) -> list[TrialRow]:
         with self.engine.connect() as c:
-            rows = c.execute(
-                sa.select(trials_t).where(trials_t.c.study == study).order_by(trials_t.c.trial_id)
-            ).mappings().all()
+            rows = c.execute(sa.select(trials_t).where(trials_t.c.study == study).order_by(trials_t.c.trial_id)).mappings().all()
         return [trial_row(r) for r in rows]
 
     def server_pids(self, study: str) -> list[tuple[int, int]]:
         """(trial_id, pid) of servers recorded as live, for cleanup after a killed runner."""
         with self.engine.connect() as c:
             rows = c.execute(
-                sa.select(trials_t.c.trial_id, trials_t.c.server_pid).where(
-                    trials_t.c.study == study, trials_t.c.server_pid.is_not(None)
-                )
+                sa.select(trials_t.c.trial_id, trials_t.c.server_pid).where(trials_t.c.study == study, trials_t.c.server_pid.is_not(None))
             ).all()
         return [(int(r[0]), int(r[1])) for r in rows]  # indexed: mypy types an unpacked Row's items as object
 
     # ---- points ---------------------------------------------------------------------------
-    def save_point(self, point: PointRow, records: Sequence[RequestRecord] | None = None, keep_chunks: bool = True,
-                   worker: dict[str, Any] | None = None, lease: dict[str, Any] | None = None) -> None:
+    def save_point(
+        self,
+        point: PointRow,
+        records: Sequence[RequestRecord] | None = None,
+        keep_chunks: bool = True,
+        worker: dict[str, Any] | None = None,
+        lease: dict[str, Any] | None = None,
+    ) -> None:
         """Store one finished load point (and its per-request records) in one transaction.
 
         ``worker`` (worker, host, pid, rerun) says who stored it. ``lease`` (worker, ttl_s) is
@@ -331,9 +326,16 @@ class StudyStore(EventLog, WorkerRecords):
                     raise LeaseLost(f"lease on trial {point.trial_id} of {point.study!r} lost")
             if worker is not None:
                 c.execute(point_hosts_t.delete().where(point_hosts_t.c.study == point.study, point_hosts_t.c.point_id == point.point_id))
-                c.execute(point_hosts_t.insert().values(
-                    study=point.study, point_id=point.point_id, worker=worker.get("worker"), host=worker.get("host"),
-                    pid=worker.get("pid"), rerun=bool(worker.get("rerun"))))
+                c.execute(
+                    point_hosts_t.insert().values(
+                        study=point.study,
+                        point_id=point.point_id,
+                        worker=worker.get("worker"),
+                        host=worker.get("host"),
+                        pid=worker.get("pid"),
+                        rerun=bool(worker.get("rerun")),
+                    )
+                )
             c.execute(points_t.delete().where(points_t.c.study == point.study, points_t.c.point_id == point.point_id))
             c.execute(requests_t.delete().where(requests_t.c.study == point.study, requests_t.c.point_id == point.point_id))
             seq = c.execute(sa.select(sa.func.coalesce(sa.func.max(points_t.c.seq), -1)).where(points_t.c.study == point.study)).scalar()
@@ -353,9 +355,7 @@ class StudyStore(EventLog, WorkerRecords):
     def records(self, study: str, point_id: str) -> list[dict[str, Any]]:
         """Per-request records of a point, as dicts (times in seconds from the point start)."""
         with self.engine.connect() as c:
-            row = c.execute(
-                sa.select(requests_t.c.blob).where(requests_t.c.study == study, requests_t.c.point_id == point_id)
-            ).first()
+            row = c.execute(sa.select(requests_t.c.blob).where(requests_t.c.study == study, requests_t.c.point_id == point_id)).first()
         return decode_records(row[0]) if row and row[0] else []
 
     def close(self) -> None:

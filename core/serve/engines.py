@@ -89,7 +89,18 @@ def build_argv(
         argv += ["--host", host, "--port", str(port)]
         env["VLLM_API_KEY"] = api_key  # vLLM reads it; the key stays out of argv and its log
     elif kind == "sglang":
-        argv = [engine.python or "python3", "-m", "sglang.launch_server", "--model-path", model, "--host", host, "--port", str(port), f"--api-key={api_key}"]
+        argv = [
+            engine.python or "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            host,
+            "--port",
+            str(port),
+            f"--api-key={api_key}",
+        ]
     else:
         raise BadInput(f"engine {kind!r} does not launch a server")
     argv += emit_args(server_args)

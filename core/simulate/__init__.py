@@ -15,6 +15,12 @@ from core.simulate.profiles import MeasuredPoint, StepProfile, cpu_hardware, fit
 from core.simulate.sim import InfeasibleConfig, SimResult, check_config, simulate
 
 __all__ = [
-    "simulate", "SimResult", "InfeasibleConfig", "check_config",
-    "StepProfile", "MeasuredPoint", "fit_step_profile", "cpu_hardware",
+    "simulate",
+    "SimResult",
+    "InfeasibleConfig",
+    "check_config",
+    "StepProfile",
+    "MeasuredPoint",
+    "fit_step_profile",
+    "cpu_hardware",
 ]

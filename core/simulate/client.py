@@ -106,10 +106,7 @@ class SimClient:
         if R.state[rid] == FAILED:  # timed out before it got here
             return
         if R.P[rid] + R.O[rid] > self.max_len:
-            self.fail(rid, t, (
-                f"HTTP 400: prompt ({R.P[rid]} tokens) plus max_tokens ({R.O[rid]}) exceeds "
-                f"max_model_len {self.max_len}"
-            ))
+            self.fail(rid, t, (f"HTTP 400: prompt ({R.P[rid]} tokens) plus max_tokens ({R.O[rid]}) exceeds max_model_len {self.max_len}"))
             return
         reps = self.replicas
         if len(reps) == 1:

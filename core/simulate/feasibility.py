@@ -24,12 +24,30 @@ from core.spec.serving import ServerConfig
 MODELLED_EXTRA_ARGS = frozenset({"enable_chunked_prefill", "num_scheduler_steps"})
 # Server args that do not change what a load point measures (logging, names, trust, paths),
 # so the simulator ignoring them needs no warning.
-NO_SPEED_EFFECT_ARGS = frozenset({
-    "disable_log_stats", "disable_log_requests", "enable_log_requests", "trust_remote_code", "seed",
-    "served_model_name", "download_dir", "tokenizer", "tokenizer_mode", "revision", "code_revision",
-    "tokenizer_revision", "uvicorn_log_level", "disable_uvicorn_access_log", "api_key", "hf_token",
-    "load_format", "disable_fastapi_docs", "enable_force_include_usage", "log_level",
-})
+NO_SPEED_EFFECT_ARGS = frozenset(
+    {
+        "disable_log_stats",
+        "disable_log_requests",
+        "enable_log_requests",
+        "trust_remote_code",
+        "seed",
+        "served_model_name",
+        "download_dir",
+        "tokenizer",
+        "tokenizer_mode",
+        "revision",
+        "code_revision",
+        "tokenizer_revision",
+        "uvicorn_log_level",
+        "disable_uvicorn_access_log",
+        "api_key",
+        "hf_token",
+        "load_format",
+        "disable_fastapi_docs",
+        "enable_force_include_usage",
+        "log_level",
+    }
+)
 
 
 def unmodelled_args(names, modelled_knobs) -> list[str]:
@@ -70,9 +88,7 @@ def check_config(arch: ModelArch, hardware: Hardware, config: ServerConfig) -> M
             f"needs {config.num_gpus} GPUs (TP{config.tp} x DP{config.dp}), {hardware.label} has {hardware.num_gpus}",
         )
     if arch.num_heads % config.tp:
-        raise InfeasibleConfig(
-            "invalid configuration", f"{arch.num_heads} attention heads do not split over TP{config.tp}"
-        )
+        raise InfeasibleConfig("invalid configuration", f"{arch.num_heads} attention heads do not split over TP{config.tp}")
     if config.batched_tokens < config.seqs:
         raise InfeasibleConfig(
             "invalid configuration",

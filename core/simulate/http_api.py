@@ -83,10 +83,17 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
         return web.json_response(
             {
                 "object": "list",
-                "data": [{
-                    "id": model_name, "object": "model", "created": int(time.time()), "owned_by": "knee-sim",
-                    "root": sim.config.model, "max_model_len": sim.max_len, "simulated": True,
-                }],
+                "data": [
+                    {
+                        "id": model_name,
+                        "object": "model",
+                        "created": int(time.time()),
+                        "owned_by": "knee-sim",
+                        "root": sim.config.model,
+                        "max_model_len": sim.max_len,
+                        "simulated": True,
+                    }
+                ],
             },
             headers=SIM_HEADERS,
         )
@@ -160,8 +167,15 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
             else:
                 choice = {"index": 0, "text": text_out, "logprobs": None, "finish_reason": "length"}
             return web.json_response(
-                {"id": rid_s, "object": "chat.completion" if chat else "text_completion", "created": created,
-                 "model": model_name, "choices": [choice], "usage": usage(out), "simulated": True},
+                {
+                    "id": rid_s,
+                    "object": "chat.completion" if chat else "text_completion",
+                    "created": created,
+                    "model": model_name,
+                    "choices": [choice],
+                    "usage": usage(out),
+                    "simulated": True,
+                },
                 headers=SIM_HEADERS,
             )
 
@@ -170,9 +184,18 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
         out = 0
         try:
             if chat:  # vLLM sends the role first, with empty content
-                await resp.write(_sse({"id": rid_s, "object": obj, "created": created, "model": model_name, "simulated": True,
-                                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                                    "finish_reason": None}]}))
+                await resp.write(
+                    _sse(
+                        {
+                            "id": rid_s,
+                            "object": obj,
+                            "created": created,
+                            "model": model_name,
+                            "simulated": True,
+                            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+                        }
+                    )
+                )
             while True:
                 kind, val = await stream_obj.queue.get()
                 if kind == "tokens":
@@ -182,21 +205,21 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
                         piece = WORDS[out % len(WORDS)]
                         out += 1
                         if chat:
-                            choice = {"index": 0, "delta": {"content": piece}, "logprobs": None,
-                                      "finish_reason": "length" if last else None}
+                            choice = {"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": "length" if last else None}
                         else:
                             choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": "length" if last else None}
-                        await resp.write(_sse({"id": rid_s, "object": obj, "created": created, "model": model_name,
-                                               "simulated": True, "choices": [choice]}))
+                        await resp.write(
+                            _sse({"id": rid_s, "object": obj, "created": created, "model": model_name, "simulated": True, "choices": [choice]})
+                        )
                 elif kind == "done":
                     break
                 else:
-                    await resp.write(_sse({"object": "error", "message": str(val), "type": "InternalServerError",
-                                           "code": 500, "simulated": True}))
+                    await resp.write(_sse({"object": "error", "message": str(val), "type": "InternalServerError", "code": 500, "simulated": True}))
                     break
             if usage_wanted:
-                await resp.write(_sse({"id": rid_s, "object": obj, "created": created, "model": model_name,
-                                       "simulated": True, "choices": [], "usage": usage(out)}))
+                await resp.write(
+                    _sse({"id": rid_s, "object": obj, "created": created, "model": model_name, "simulated": True, "choices": [], "usage": usage(out)})
+                )
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
         except asyncio.CancelledError:

@@ -47,8 +47,17 @@ class LiveStream:
 class LiveSim:
     """The simulated engine (all replicas) driven by the wall clock."""
 
-    def __init__(self, arch, hardware, config: ServerConfig, *, engine: str = "vllm", engine_version: str | None = None,
-                 scale: float = 1.0, router: str = "least-loaded"):
+    def __init__(
+        self,
+        arch,
+        hardware,
+        config: ServerConfig,
+        *,
+        engine: str = "vllm",
+        engine_version: str | None = None,
+        scale: float = 1.0,
+        router: str = "least-loaded",
+    ):
         if not scale > 0:
             raise BadInput(f"--scale must be positive, got {scale}")
         arch = apply_quantization(arch, config)
@@ -64,8 +73,9 @@ class LiveSim:
         blocks = self.memory.kv_tokens // 16
         max_tokens = config.max_num_batched_tokens or (max(self.max_len, 2048) if v0 else config.batched_tokens)
         self.replicas = [
-            new_replica(i, self.reqs, self.cost, blocks, config.seqs, max_tokens, config.enable_prefix_caching,
-                        self._on_finish, v0=v0, scheduler_steps=steps)
+            new_replica(
+                i, self.reqs, self.cost, blocks, config.seqs, max_tokens, config.enable_prefix_caching, self._on_finish, v0=v0, scheduler_steps=steps
+            )
             for i in range(config.dp)
         ]
         self.active: list[dict[int, LiveStream]] = [dict() for _ in self.replicas]

@@ -131,8 +131,10 @@ def fit_step_profile(
     # reports NaN then) or whose TTFT is missing cannot place the line: leave it out.
     pts = sorted((p for p in points if _usable(p)), key=lambda p: p.concurrency)
     if len({p.concurrency for p in pts}) < 2:
-        raise BadInput("fitting a step profile needs measurements at two concurrencies at least (with TTFT and TPOT observed)",
-                       "measure more load points, or longer outputs")
+        raise BadInput(
+            "fitting a step profile needs measurements at two concurrencies at least (with TTFT and TPOT observed)",
+            "measure more load points, or longer outputs",
+        )
     lo = pts[0]
     osl = max(lo.output_len, 2)
 
@@ -160,8 +162,13 @@ def fit_step_profile(
 
     def run(prof: StepProfile, p: MeasuredPoint) -> dict:
         return simulate(
-            arch, hardware, p.config or config, Workload.fixed(p.input_len, p.output_len, num_prompts=max(4 * p.concurrency, 16)),
-            LoadPoint(concurrency=p.concurrency), cost=prof, kv_tokens=kv_tokens,
+            arch,
+            hardware,
+            p.config or config,
+            Workload.fixed(p.input_len, p.output_len, num_prompts=max(4 * p.concurrency, 16)),
+            LoadPoint(concurrency=p.concurrency),
+            cost=prof,
+            kv_tokens=kv_tokens,
         ).summary
 
     for _ in range(rounds):

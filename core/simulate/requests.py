@@ -17,8 +17,20 @@ class Requests:
     """
 
     __slots__ = (
-        "P", "O", "gen", "kv", "s0", "state", "shared", "admit", "prefix",
-        "segs", "end", "error", "replica", "tfirst",
+        "P",
+        "O",
+        "gen",
+        "kv",
+        "s0",
+        "state",
+        "shared",
+        "admit",
+        "prefix",
+        "segs",
+        "end",
+        "error",
+        "replica",
+        "tfirst",
     )
 
     def __init__(self, prompt_lens, output_lens, prefix_lens):

@@ -22,10 +22,19 @@ class V0Replica(Replica):
 
     v0 = True
 
-    def __init__(self, index: int, reqs: Requests, cost, total_blocks: int, max_num_seqs: int,
-                 max_num_batched_tokens: int, prefix_caching: bool, on_finish, scheduler_steps: int = 1):
-        super().__init__(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching,
-                         on_finish)
+    def __init__(
+        self,
+        index: int,
+        reqs: Requests,
+        cost,
+        total_blocks: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        prefix_caching: bool,
+        on_finish,
+        scheduler_steps: int = 1,
+    ):
+        super().__init__(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching, on_finish)
         self.watermark = int(0.01 * total_blocks)  # V0 keeps 1% of blocks free for decodes
         self.scheduler_steps = max(1, int(scheduler_steps))
         self.group_left = 0  # decode steps left in the current multi-step group
@@ -80,11 +89,21 @@ class V0Replica(Replica):
         return True
 
 
-def new_replica(index: int, reqs: Requests, cost, total_blocks: int, max_num_seqs: int, max_num_batched_tokens: int,
-                prefix_caching: bool, on_finish, *, v0: bool = False, scheduler_steps: int = 1) -> Replica:
+def new_replica(
+    index: int,
+    reqs: Requests,
+    cost,
+    total_blocks: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    prefix_caching: bool,
+    on_finish,
+    *,
+    v0: bool = False,
+    scheduler_steps: int = 1,
+) -> Replica:
     """A replica under the scheduler the engine version runs (see
     :func:`core.simulate.feasibility.scheduler_generation`)."""
     if v0:
-        return V0Replica(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching,
-                         on_finish, scheduler_steps)
+        return V0Replica(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching, on_finish, scheduler_steps)
     return Replica(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching, on_finish)

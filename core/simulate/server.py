@@ -34,6 +34,7 @@ from aiohttp import web
 
 from core.errors import BadInput, KneeError
 from core.simulate.feasibility import InfeasibleConfig
+
 # The tests and callers import the server's parts from here too.
 from core.simulate.http_api import build_app, chat_text, prompt_tokens
 from core.simulate.live import LiveSim
@@ -104,15 +105,21 @@ def main(argv: list[str] | None = None) -> int:
         hw = resolve_hardware(gpu=args.gpu, num_gpus=args.num_gpus, instance=args.instance)
         arch = load_model(args.model)
         config = ServerConfig(
-            model=args.model, tp=args.tp, dp=args.dp, max_num_seqs=args.max_num_seqs,
-            max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-            gpu_memory_utilization=args.gpu_memory_utilization, quantization=args.quantization,
-            kv_cache_dtype=args.kv_cache_dtype, enable_prefix_caching=args.prefix, extra_args=_extra_args(unknown),
+            model=args.model,
+            tp=args.tp,
+            dp=args.dp,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            quantization=args.quantization,
+            kv_cache_dtype=args.kv_cache_dtype,
+            enable_prefix_caching=args.prefix,
+            extra_args=_extra_args(unknown),
         )
 
         async def run() -> None:
-            sim = LiveSim(arch, hw, config, engine=args.engine, engine_version=args.engine_version,
-                          scale=args.scale, router=args.router)
+            sim = LiveSim(arch, hw, config, engine=args.engine, engine_version=args.engine_version, scale=args.scale, router=args.router)
             app = build_app(sim, args.served_model_name or args.model, args.api_key)
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()

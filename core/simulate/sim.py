@@ -57,6 +57,7 @@ from core.simulate.client import SimClient
 from core.simulate.engine import Replica
 from core.simulate.requests import BLOCK, Requests
 from core.simulate.scheduler_v0 import new_replica
+
 # Callers import these from here too (core.simulate, the sweep, the live server's tests).
 from core.simulate.feasibility import InfeasibleConfig, apply_quantization, check_config, scheduler_generation
 from core.simulate.outcome import SimResult, build_result
@@ -66,8 +67,7 @@ from core.spec.model import ModelArch
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.workload import Workload
 
-__all__ = ["ROUTERS", "InfeasibleConfig", "SimResult", "check_config", "scheduler_generation", "simulate",
-           "simulate_detailed"]
+__all__ = ["ROUTERS", "InfeasibleConfig", "SimResult", "check_config", "scheduler_generation", "simulate", "simulate_detailed"]
 
 assert BLOCK == BLOCK_TOKENS  # one block size for the memory plan and the scheduler
 
@@ -184,8 +184,16 @@ def simulate_detailed(
     sim = SimClient(reqs, [], cost, mem.max_model_len, router)
     sim.replicas = [
         new_replica(
-            i, reqs, cost, total_blocks, config.seqs, max_tokens, config.enable_prefix_caching, sim.finished,
-            v0=v0, scheduler_steps=steps,
+            i,
+            reqs,
+            cost,
+            total_blocks,
+            config.seqs,
+            max_tokens,
+            config.enable_prefix_caching,
+            sim.finished,
+            v0=v0,
+            scheduler_steps=steps,
         )
         for i in range(config.dp)
     ]
@@ -226,8 +234,7 @@ def simulate_detailed(
             state.sent = first
         else:
             assert load.request_rate is not None  # open loop
-            times = arrival_times(load.request_rate, n, load.arrival, load.burstiness, seed,
-                                  duration_s=load.duration_s if n is None else None)
+            times = arrival_times(load.request_rate, n, load.arrival, load.burstiness, seed, duration_s=load.duration_s if n is None else None)
             for i, ts in enumerate(times.tolist()):
                 if ts >= duration:
                     break

@@ -34,8 +34,7 @@ def release(version: str | None, parts: int = 2) -> tuple[int, ...]:
     return tuple(out)
 
 
-def vllm_batch_defaults(version: str | None, gpu_name: str | None, gpu_memory_gib: float | None,
-                        offline: bool = False) -> tuple[int, int] | None:
+def vllm_batch_defaults(version: str | None, gpu_name: str | None, gpu_memory_gib: float | None, offline: bool = False) -> tuple[int, int] | None:
     """(max_num_batched_tokens, max_num_seqs) that vLLM's V1 engine uses when neither is set,
     or None for a version before V1 (0.8). An unknown version is taken as current.
     ``offline``: started as the ``LLM`` class (offline benchmarks) rather than ``vllm serve``."""

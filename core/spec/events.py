@@ -234,9 +234,23 @@ class GenericEvent(BaseModel):
 
 SweepEvent = Annotated[
     Union[
-        StudyStarted, TrialStarted, ServerReady, Progress, PointDone, PointSkipped, TrialFailed, TrialDone,
-        Paused, Continued, StudyDone, StudyInterrupted, WorkerDone, WorkerInterrupted, Calibration,
-        LeaseLost, LeaseTakenOver,
+        StudyStarted,
+        TrialStarted,
+        ServerReady,
+        Progress,
+        PointDone,
+        PointSkipped,
+        TrialFailed,
+        TrialDone,
+        Paused,
+        Continued,
+        StudyDone,
+        StudyInterrupted,
+        WorkerDone,
+        WorkerInterrupted,
+        Calibration,
+        LeaseLost,
+        LeaseTakenOver,
     ],
     Field(discriminator="kind"),
 ]

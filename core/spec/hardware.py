@@ -48,9 +48,7 @@ class GPU(BaseModel):
     def peak_flops(self, precision: str) -> float:
         """Dense FLOP/s for matmuls at ``precision``; falls back to 16-bit where the GPU
         has no native support (FP8 on Ampere runs weight-only through Marlin)."""
-        key = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "fp4": "fp4"}.get(
-            precision, "bf16"
-        )
+        key = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "int8": "int8", "fp4": "fp4"}.get(precision, "bf16")
         return self.tflops.get(key, self.tflops["bf16"]) * 1e12
 
 

@@ -201,11 +201,7 @@ class ModelArch(BaseModel):
     @property
     def params_matmul_dense(self) -> int:
         """Matmul weights every token reads (per token FLOPs = 2 × this + experts)."""
-        return (
-            self.params_attention
-            + self.params_mlp_always
-            + (self.lm_head_params or self.embedding_params)
-        )
+        return self.params_attention + self.params_mlp_always + (self.lm_head_params or self.embedding_params)
 
     # ---- bytes ----------------------------------------------------------------------------
     def _bytes(self, n: int, quantized: bool) -> float:
@@ -222,9 +218,7 @@ class ModelArch(BaseModel):
         """Bytes every token reads from (attention, dense MLPs, shared experts, routers,
         norms) — everything but routed experts and embedding tables."""
         linear_q = self.quantization.scope in ("linear", "all")
-        return self._bytes(self.params_attention + self.params_mlp_always, linear_q) + self._bytes(
-            self.norm_params, False
-        )
+        return self._bytes(self.params_attention + self.params_mlp_always, linear_q) + self._bytes(self.norm_params, False)
 
     @property
     def weight_bytes_embeddings(self) -> float:

@@ -84,7 +84,6 @@ def server_config(model: str, server_args: dict[str, Any]) -> ServerConfig:
         raise bad_input_from(e, "server arg ", names, ServerConfig) from None
 
 
-
 def config_id(client_args: dict[str, Any], server_args: dict[str, Any]) -> str:
     """llm-optimizer's config_id (``cli.py::get_config_id``), for file names and its records."""
     parts = []

@@ -105,7 +105,7 @@ def _parse_part(part: str) -> Constraint:
     lhs, rhs = part.split(op, 1)
     name, _, stat = lhs.strip().partition(":")
     name = name.strip().lower()
-    stat = (stat.strip().lower() or "mean")
+    stat = stat.strip().lower() or "mean"
     metric = METRIC_ALIASES.get(name)
     if metric is None:
         known = ", ".join(sorted({"ttft", "itl", "tpot", "e2e_latency", "request_throughput", "output_throughput"}))

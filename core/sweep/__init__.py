@@ -59,15 +59,17 @@ def build_spec(
     # checks against the Literal kinds here, as the constructor would.
     eng = engine if isinstance(engine, EngineSpec) else EngineSpec.model_validate({"kind": engine})
     parse_constraints(constraints)  # fail early on bad grammar
-    spec = SweepSpec.model_validate(dict(
-        model=model,
-        engine=eng,
-        framework=framework,
-        server_sets=sets_to_json(sets(server_args, "server")),
-        client_sets=sets_to_json(sets(client_args, "client")),
-        constraints=constraints or "",
-        **kw,
-    ))
+    spec = SweepSpec.model_validate(
+        dict(
+            model=model,
+            engine=eng,
+            framework=framework,
+            server_sets=sets_to_json(sets(server_args, "server")),
+            client_sets=sets_to_json(sets(client_args, "client")),
+            constraints=constraints or "",
+            **kw,
+        )
+    )
     plans = plan_trials(spec)  # validates every combination
     if not plans:
         raise BadInput("the search space is empty")

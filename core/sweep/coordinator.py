@@ -135,7 +135,7 @@ class ParallelCoordinator:
                 self.emit("paused" if hold else "continued", trial_id=None, server_up=bool(self._workers), points_run=self.summary.points_run)
             if hold:
                 self._beat()
-            for t in ([] if hold else list(pending)):
+            for t in [] if hold else list(pending):
                 need = self._need(t)
                 if need > len(gpus):
                     pending.remove(t)
@@ -158,8 +158,17 @@ class ParallelCoordinator:
         done.update({p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")})
 
     def _spawn(self, trial: TrialPlan, gpus: list[int], env: dict[str, str]) -> subprocess.Popen:
-        argv = [sys.executable, "-m", RUNNER_MODULE, "--study", self.study,
-                "--worker-trial", trial.trial_key, "--worker-gpus", ",".join(map(str, gpus))]
+        argv = [
+            sys.executable,
+            "-m",
+            RUNNER_MODULE,
+            "--study",
+            self.study,
+            "--worker-trial",
+            trial.trial_key,
+            "--worker-gpus",
+            ",".join(map(str, gpus)),
+        ]
         if self.workspace:
             argv += ["--workspace", str(self.workspace)]
         with open(self.log_dir / f"worker-{len(self._workers)}-{os.getpid()}.log", "ab") as err:

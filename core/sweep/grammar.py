@@ -30,8 +30,7 @@ from core.spec.server_args import config_id, emit_args  # noqa: F401  (re-export
 # Client args are strict in llm-optimizer (predefined/client.py); the same table here.
 CLIENT_ARG_TYPES: dict[str, type] = {
     **dict.fromkeys(
-        "backend base_url dataset_name dataset_path tokenizer output_file extra_request_body "
-        "lora_name prompt_suffix host model".split(),
+        "backend base_url dataset_name dataset_path tokenizer output_file extra_request_body lora_name prompt_suffix host model".split(),
         str,
     ),
     **dict.fromkeys(
@@ -41,8 +40,7 @@ CLIENT_ARG_TYPES: dict[str, type] = {
         int,
     ),
     **dict.fromkeys(
-        "random_range_ratio request_rate gsp_system_prompt_partial_randomize_start_min "
-        "gsp_system_prompt_partial_randomize_start_max".split(),
+        "random_range_ratio request_rate gsp_system_prompt_partial_randomize_start_min gsp_system_prompt_partial_randomize_start_max".split(),
         float,
     ),
     **dict.fromkeys(
@@ -212,10 +210,7 @@ def parse_part(part: str, known: dict[str, type], strict: bool, side: str) -> Ar
             items = tuple(choice)
         else:
             items = (choice,)
-        typed = tuple(
-            _coerce(v, (annot[i] if annot else known.get(n)), n, part.strip())
-            for i, (n, v) in enumerate(zip(names, items))
-        )
+        typed = tuple(_coerce(v, (annot[i] if annot else known.get(n)), n, part.strip()) for i, (n, v) in enumerate(zip(names, items)))
         values.append(typed)
     # Duplicate choices would run the same point twice; keep the first.
     seen_keys: set[str] = set()

@@ -21,21 +21,18 @@ is marked as a re-run (``knee_point_hosts.rerun``).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import secrets
 import socket
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-from core.errors import RunFailed
 from core.results.store import lease_log_t, leases_t, points_t, studies_t, trials_t
 from core.spec.study import canonical_json
 
@@ -98,9 +95,17 @@ def seed(store, study: str, plans: Sequence[Any]) -> dict[str, int]:
         nxt = max(ids.values(), default=-1) + 1
         for order, t in enumerate(plans):
             if t.trial_key not in ids:
-                c.execute(trials_t.insert().values(
-                    study=study, trial_id=nxt, trial_key=t.trial_key, server_args=canonical_json(t.server_args),
-                    status="pending", launches=0, predicted=json.dumps(t.predicted, default=str) if t.predicted else None))
+                c.execute(
+                    trials_t.insert().values(
+                        study=study,
+                        trial_id=nxt,
+                        trial_key=t.trial_key,
+                        server_args=canonical_json(t.server_args),
+                        status="pending",
+                        launches=0,
+                        predicted=json.dumps(t.predicted, default=str) if t.predicted else None,
+                    )
+                )
                 ids[t.trial_key], nxt = nxt, nxt + 1
             tid = ids[t.trial_key]
             if tid not in have:
@@ -139,8 +144,18 @@ def claim(store, study: str, me: Worker, ttl_s: float, only: Collection[int] | N
             got = c.execute(
                 leases_t.update()
                 .where(_claimable(study, now), leases_t.c.trial_id == row["trial_id"])
-                .values(state="running", worker=me.id, host=me.host, pid=me.pid, claimed_at=now, heartbeat_at=now,
-                        expires_at=now + ttl_s, inflight=None, rerun=rerun, attempts=leases_t.c.attempts + 1)
+                .values(
+                    state="running",
+                    worker=me.id,
+                    host=me.host,
+                    pid=me.pid,
+                    claimed_at=now,
+                    heartbeat_at=now,
+                    expires_at=now + ttl_s,
+                    inflight=None,
+                    rerun=rerun,
+                    attempts=leases_t.c.attempts + 1,
+                )
             ).rowcount
             if got != 1:
                 c.rollback()
@@ -148,12 +163,19 @@ def claim(store, study: str, me: Worker, ttl_s: float, only: Collection[int] | N
             if prev:
                 c.execute(
                     lease_log_t.update()
-                    .where(lease_log_t.c.study == study, lease_log_t.c.trial_id == row["trial_id"],
-                           lease_log_t.c.worker == prev, lease_log_t.c.outcome == "running")
+                    .where(
+                        lease_log_t.c.study == study,
+                        lease_log_t.c.trial_id == row["trial_id"],
+                        lease_log_t.c.worker == prev,
+                        lease_log_t.c.outcome == "running",
+                    )
                     .values(outcome="expired", ended_at=row["heartbeat_at"], inflight=row["inflight"])
                 )
-            c.execute(lease_log_t.insert().values(study=study, trial_id=row["trial_id"], worker=me.id, host=me.host,
-                                                  pid=me.pid, claimed_at=now, outcome="running"))
+            c.execute(
+                lease_log_t.insert().values(
+                    study=study, trial_id=row["trial_id"], worker=me.id, host=me.host, pid=me.pid, claimed_at=now, outcome="running"
+                )
+            )
         return Claim(int(row["trial_id"]), row["trial_key"], rerun, prev, row["host"] if prev else None)
     return None
 
@@ -165,8 +187,11 @@ def prune(store, study: str, trial_id: int, reason: str) -> bool:
     worker that recorded it (it announces it); several may decide the same prune at once."""
     now = time.time()
     with _locked(store, study) as c:
-        got = c.execute(leases_t.update().where(_claimable(study, now), leases_t.c.trial_id == trial_id, leases_t.c.attempts == 0)
-                        .values(state="done", worker=None, host=None, pid=None, expires_at=None, heartbeat_at=now)).rowcount
+        got = c.execute(
+            leases_t.update()
+            .where(_claimable(study, now), leases_t.c.trial_id == trial_id, leases_t.c.attempts == 0)
+            .values(state="done", worker=None, host=None, pid=None, expires_at=None, heartbeat_at=now)
+        ).rowcount
         if got != 1 or c.execute(sa.select(points_t.c.point_id).where(points_t.c.study == study, points_t.c.trial_id == trial_id)).first():
             c.rollback()
             return False
@@ -194,13 +219,20 @@ def end(store, study: str, me: Worker, trial_id: int, outcome: str) -> None:
     now = time.time()
     with store.engine.begin() as c:
         if outcome == "done":
-            c.execute(leases_t.update().where(_mine(study, me, trial_id)).values(state="done", inflight=None, rerun=None, heartbeat_at=now, expires_at=None))
+            c.execute(
+                leases_t.update().where(_mine(study, me, trial_id)).values(state="done", inflight=None, rerun=None, heartbeat_at=now, expires_at=None)
+            )
         elif outcome == "released":
-            c.execute(leases_t.update().where(_mine(study, me, trial_id)).values(
-                state="pending", worker=None, host=None, pid=None, inflight=None, expires_at=None))
+            c.execute(
+                leases_t.update()
+                .where(_mine(study, me, trial_id))
+                .values(state="pending", worker=None, host=None, pid=None, inflight=None, expires_at=None)
+            )
         c.execute(
             lease_log_t.update()
-            .where(lease_log_t.c.study == study, lease_log_t.c.trial_id == trial_id, lease_log_t.c.worker == me.id, lease_log_t.c.outcome == "running")
+            .where(
+                lease_log_t.c.study == study, lease_log_t.c.trial_id == trial_id, lease_log_t.c.worker == me.id, lease_log_t.c.outcome == "running"
+            )
             .values(outcome=outcome, ended_at=now)
         )
 
@@ -217,117 +249,42 @@ def remaining(store, study: str, only: Collection[int] | None = None) -> int:
 def others_alive(store, study: str, me: Worker) -> bool:
     """Whether another worker holds an unexpired lease on ``study``."""
     with store.engine.connect() as c:
-        return bool(c.execute(sa.select(sa.func.count()).select_from(leases_t).where(
-            leases_t.c.study == study, leases_t.c.state == "running", leases_t.c.worker.is_not(None),
-            leases_t.c.worker != me.id, leases_t.c.expires_at >= time.time())).scalar())
+        return bool(
+            c.execute(
+                sa.select(sa.func.count())
+                .select_from(leases_t)
+                .where(
+                    leases_t.c.study == study,
+                    leases_t.c.state == "running",
+                    leases_t.c.worker.is_not(None),
+                    leases_t.c.worker != me.id,
+                    leases_t.c.expires_at >= time.time(),
+                )
+            ).scalar()
+        )
 
 
 def beat_study(store, study: str, me: Worker) -> None:
     """The study row names a live worker (viewers and ``--pause`` go by it) and is running."""
     with store.engine.begin() as c:
-        c.execute(studies_t.update().where(studies_t.c.name == study, studies_t.c.status != "done").values(
-            status="running", runner_pid=me.pid, runner_host=me.host, heartbeat_at=time.time()))
+        c.execute(
+            studies_t.update()
+            .where(studies_t.c.name == study, studies_t.c.status != "done")
+            .values(status="running", runner_pid=me.pid, runner_host=me.host, heartbeat_at=time.time())
+        )
 
 
 def finish_study(store, study: str) -> bool:
     """Mark the study done; True for the one worker that did it (it announces the end)."""
     with store.engine.begin() as c:
-        return c.execute(studies_t.update().where(studies_t.c.name == study, studies_t.c.status != "done").values(
-            status="done", runner_pid=None)).rowcount == 1
+        return (
+            c.execute(
+                studies_t.update().where(studies_t.c.name == study, studies_t.c.status != "done").values(status="done", runner_pid=None)
+            ).rowcount
+            == 1
+        )
 
 
-# ---- a shared store that goes away for a while --------------------------------------------
-# A PostgreSQL server restarted for maintenance, or a network blip between a GPU box and the
-# database, must not cost a worker its configuration, let alone its stored points: every store
-# call of a worker waits such an outage out, retrying, up to $KNEE_STORE_OUTAGE_S (default
-# 120 s); past that the worker stops with one line (its points stay stored; the same command
-# rejoins). Each store call is one transaction, so a retry repeats it whole: one cut before the
-# commit left nothing, and the writes a worker makes are idempotent (a point is replaced by
-# its id, a lease is renewed or claimed by condition) should a commit's answer be what was lost.
-OUTAGE_ENV = "KNEE_STORE_OUTAGE_S"
-DEFAULT_OUTAGE_S = 120.0
-
-
-def outage_budget() -> float:
-    try:
-        v = float(os.environ.get(OUTAGE_ENV, DEFAULT_OUTAGE_S))
-    except ValueError:
-        return DEFAULT_OUTAGE_S
-    return v if v >= 0 else DEFAULT_OUTAGE_S
-
-
-class StoreUnreachable(RunFailed):
-    """The shared store stayed unreachable longer than the outage budget (exit code 1)."""
-
-
-def is_outage(e: BaseException) -> bool:
-    """Whether ``e`` means the store cannot be reached now (not that a statement is wrong)."""
-    if isinstance(e, sa.exc.DBAPIError) and e.connection_invalidated:
-        return True
-    if isinstance(e, sa.exc.InterfaceError):
-        return True
-    if isinstance(e, sa.exc.OperationalError):
-        # SQLite reports a missing table as an OperationalError too: there only a lock waits.
-        msg = str(e.orig).lower()
-        return "sqlite" not in type(e.orig).__module__ or "locked" in msg or "busy" in msg
-    return False
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(getattr(e, "orig", None) or e).strip().splitlines()
-    return text[0][:200] if text else type(e).__name__
-
-
-class StoreGuard:
-    """A :class:`StudyStore` whose calls wait out an outage of the store (see above). Attribute
-    reads pass through; ``call(fn, ...)`` guards any function of the store (the lease ones).
-    Thread-safe: the runner's control thread and its main thread share one outage."""
-
-    def __init__(self, store, budget_s: float | None = None, notice: Callable[[str], None] | None = None):
-        self._store = store
-        self._budget = outage_budget() if budget_s is None else budget_s
-        self._notice = notice or (lambda msg: None)
-        self._lock = threading.Lock()
-        self._down_since: float | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        v = getattr(self._store, name)
-        if callable(v) and not name.startswith("_") and name != "close":
-            return functools.partial(self.call, v)
-        return v
-
-    def call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        delay = 0.1
-        while True:
-            try:
-                out = fn(*args, **kw)
-            except Exception as e:
-                if not is_outage(e):
-                    raise
-                now = time.monotonic()
-                with self._lock:
-                    if self._down_since is None:
-                        self._down_since = now
-                        self._notice(f"the study store {self._store.shown_url} is unreachable ({_first_line(e)}); "
-                                     f"waiting up to {self._budget:.0f} s for it (${OUTAGE_ENV})")
-                    down_s = now - self._down_since
-                if down_s >= self._budget:
-                    raise StoreUnreachable(
-                        f"the study store {self._store.shown_url} has been unreachable for over {self._budget:.0f} s ({_first_line(e)}); "
-                        "this worker stops: the points stored are kept, and the same command joins the study again"
-                    ) from None
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            if self._down_since is not None:
-                with self._lock:
-                    if self._down_since is not None:
-                        self._notice(f"the study store is back after {time.monotonic() - self._down_since:.0f} s; going on")
-                        self._down_since = None
-            return out
-
-
-# ---- following a joined study from any box (knee results, knee attach) ----------------------
 _ENDED = {"done": "idle", "released": "stopped", "lost": "idle", "expired": "presumed dead (its lease expired and was taken over)"}
 
 
@@ -341,8 +298,19 @@ def worker_status(store, study: str, now: float | None = None) -> list[dict[str,
         return []
     out: dict[str, dict[str, Any]] = {}
     for r in store.lease_log(study):  # oldest first: the last row says where a worker stands
-        w = out.setdefault(r["worker"], {"worker": r["worker"], "host": r["host"], "pid": r["pid"], "configurations_done": 0,
-                                         "trial_id": None, "inflight": None, "heartbeat_age_s": None, "_last": 0.0})
+        w = out.setdefault(
+            r["worker"],
+            {
+                "worker": r["worker"],
+                "host": r["host"],
+                "pid": r["pid"],
+                "configurations_done": 0,
+                "trial_id": None,
+                "inflight": None,
+                "heartbeat_age_s": None,
+                "_last": 0.0,
+            },
+        )
         w["configurations_done"] += r["outcome"] == "done"
         w["_last"] = max(w["_last"], r["ended_at"] or r["claimed_at"] or 0.0)
         w["state"] = _ENDED.get(r["outcome"], "running")
@@ -356,6 +324,10 @@ def worker_status(store, study: str, now: float | None = None) -> list[dict[str,
         if r["state"] == "running" and held is not None:
             w = held
             alive = (r["expires_at"] or 0) >= now
-            w.update(trial_id=r["trial_id"], inflight=r["inflight"], heartbeat_age_s=max(0.0, now - (r["heartbeat_at"] or now)),
-                     state="running" if alive else "silent (its lease expired; another worker will take the configuration over)")
+            w.update(
+                trial_id=r["trial_id"],
+                inflight=r["inflight"],
+                heartbeat_age_s=max(0.0, now - (r["heartbeat_at"] or now)),
+                state="running" if alive else "silent (its lease expired; another worker will take the configuration over)",
+            )
     return sorted(out.values(), key=lambda w: (w["host"] or "", w["pid"] or 0))

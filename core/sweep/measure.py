@@ -67,7 +67,9 @@ class SimMeasurer:
         from core.simulate.sim import InfeasibleConfig, check_config
 
         if config.num_gpus > self.hardware.num_gpus:
-            raise ServerFailed("infeasible", f"needs {config.num_gpus} GPUs (TP{config.tp} x DP{config.dp}), {self.hardware.label} has {self.hardware.num_gpus}")
+            raise ServerFailed(
+                "infeasible", f"needs {config.num_gpus} GPUs (TP{config.tp} x DP{config.dp}), {self.hardware.label} has {self.hardware.num_gpus}"
+            )
         try:
             check_config(self.arch, self.hardware, config)
         except InfeasibleConfig as e:
@@ -81,9 +83,18 @@ class SimMeasurer:
         duration = float(res.duration_s)
         ok = sum(1 for r in records if r.ok)
         on_progress({"completed": ok, "failed": len(records) - ok, "running": 0, "total": len(records), "elapsed_s": duration})
-        extra = {"sim_preemptions": getattr(res, "preemptions", None), "sim_peak_kv_usage": getattr(res, "peak_kv_usage", None), "sim_busy_fraction": getattr(res, "busy_fraction", None)}
-        return Measurement(records=records, duration_s=duration, simulated=True, extra={k: v for k, v in extra.items() if v is not None},
-                           gpu=sim_gpu_memory(getattr(res, "memory", None), ctx.config.num_gpus, getattr(res, "peak_kv_usage", None)))
+        extra = {
+            "sim_preemptions": getattr(res, "preemptions", None),
+            "sim_peak_kv_usage": getattr(res, "peak_kv_usage", None),
+            "sim_busy_fraction": getattr(res, "busy_fraction", None),
+        }
+        return Measurement(
+            records=records,
+            duration_s=duration,
+            simulated=True,
+            extra={k: v for k, v in extra.items() if v is not None},
+            gpu=sim_gpu_memory(getattr(res, "memory", None), ctx.config.num_gpus, getattr(res, "peak_kv_usage", None)),
+        )
 
 
 def sim_gpu_memory(memory, num_gpus: int, kv_usage: float | None) -> dict[str, Any] | None:
@@ -155,13 +166,22 @@ class HttpMeasurer:
         target = EarlyStopTarget(inner, conv, ctx.cancel)
 
         def progress(p) -> None:
-            on_progress({
-                "running": p.running, "completed": p.completed, "failed": p.failed, "total": p.total,
-                "client_elapsed_s": p.elapsed_s, "output_tokens": p.output_tokens,
-                "output_tokens_per_s": p.output_tokens_per_s, "warmup": p.warmup,
-            })
+            on_progress(
+                {
+                    "running": p.running,
+                    "completed": p.completed,
+                    "failed": p.failed,
+                    "total": p.total,
+                    "client_elapsed_s": p.elapsed_s,
+                    "output_tokens": p.output_tokens,
+                    "output_tokens_per_s": p.output_tokens_per_s,
+                    "warmup": p.warmup,
+                }
+            )
 
-        res = run_load_sync(target, prompts, ctx.load, warmup=ctx.workload.warmup, on_progress=progress, tokenizer=tok if tok.exact else None, seed=ctx.workload.seed)
+        res = run_load_sync(
+            target, prompts, ctx.load, warmup=ctx.workload.warmup, on_progress=progress, tokenizer=tok if tok.exact else None, seed=ctx.workload.seed
+        )
         records = [r for r in res.records if not (r.error and NOT_SENT in r.error)]
         duration = float(res.duration_s)
         extra: dict[str, Any] = {}

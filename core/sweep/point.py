@@ -152,14 +152,37 @@ class PointMeasure:
                 self.emit("progress", **data)
         return _Supervised(fut, died, t0, latest)
 
-    def _crashed(self, trial: TrialPlan, tid: int, point: PointPlan, server: Server | None, died: int, wall: float,
-                 label: dict[str, Any], telemetry: TelemetrySampler | None, base: dict[str, Any]) -> PointRow:
-        why = server.process.exit_reason(died, "during the load point")[1] if server and server.process else f"server exited with code {died} during the load point"
+    def _crashed(
+        self,
+        trial: TrialPlan,
+        tid: int,
+        point: PointPlan,
+        server: Server | None,
+        died: int,
+        wall: float,
+        label: dict[str, Any],
+        telemetry: TelemetrySampler | None,
+        base: dict[str, Any],
+    ) -> PointRow:
+        why = (
+            server.process.exit_reason(died, "during the load point")[1]
+            if server and server.process
+            else f"server exited with code {died} during the load point"
+        )
         # The cancel was for this point only; the study goes on.
         if not self._interrupt_signal and not self._stop_requested:
             self.cancel.clear()
-        row = self._row(trial, tid, point, status="failed", reason=f"{CRASHED}: {why}", ended_at=time.time(),
-                        gpu_seconds=wall * trial.config.num_gpus, telemetry=telemetry.summary() if telemetry else {}, **base)
+        row = self._row(
+            trial,
+            tid,
+            point,
+            status="failed",
+            reason=f"{CRASHED}: {why}",
+            ended_at=time.time(),
+            gpu_seconds=wall * trial.config.num_gpus,
+            telemetry=telemetry.summary() if telemetry else {},
+            **base,
+        )
         return self._store_failed(row, label)
 
     def _store_failed(self, row: PointRow, label: dict[str, Any]) -> PointRow:
@@ -168,8 +191,18 @@ class PointMeasure:
         self.emit("point_done", status="failed", reason=row.reason, **label)
         return row
 
-    def _measured(self, trial: TrialPlan, tid: int, point: PointPlan, m: Measurement, wall: float, latest: dict[str, Any],
-                  label: dict[str, Any], telemetry: TelemetrySampler | None, base: dict[str, Any]) -> PointRow:
+    def _measured(
+        self,
+        trial: TrialPlan,
+        tid: int,
+        point: PointPlan,
+        m: Measurement,
+        wall: float,
+        latest: dict[str, Any],
+        label: dict[str, Any],
+        telemetry: TelemetrySampler | None,
+        base: dict[str, Any],
+    ) -> PointRow:
         from core.load.metrics import summarize
 
         # The point's last live numbers: what a viewer keeps showing until the next point. A
@@ -192,12 +225,18 @@ class PointMeasure:
         meets = self.slo.holds(summary) if status == "ok" else False
         duration = m.duration_s if m.simulated else wall
         row = self._row(
-            trial, tid, point,
-            status=status, reason=reason, summary=summary,
+            trial,
+            tid,
+            point,
+            status=status,
+            reason=reason,
+            summary=summary,
             telemetry=telemetry.summary() if telemetry else {},
-            simulated=m.simulated, ended_at=time.time(),
+            simulated=m.simulated,
+            ended_at=time.time(),
             gpu_seconds=duration * trial.config.num_gpus,
-            meets_slo=meets, violations=self.slo.violations(summary) if status == "ok" else [],
+            meets_slo=meets,
+            violations=self.slo.violations(summary) if status == "ok" else [],
             **base,
         )
         self._save_point(row, m.records, keep_chunks=not m.simulated)

@@ -189,7 +189,9 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
             row = self.store.study(self.study) or {}
             if runner_alive(row) and row.get("runner_pid") != os.getpid():
                 # One runner per study: a second would measure the same points again.
-                raise BadInput(f"study {self.study!r} is being run by pid {row['runner_pid']} on {row.get('runner_host')}", "follow it with knee attach")
+                raise BadInput(
+                    f"study {self.study!r} is being run by pid {row['runner_pid']} on {row.get('runner_host')}", "follow it with knee attach"
+                )
             self._cleanup_stale()
             self.store.claim_runner(self.study)
             self._start_watch()

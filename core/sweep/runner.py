@@ -37,8 +37,11 @@ def run_study(storage: str, study: str, **kw: Any) -> RunSummary:
 def main(argv: list[str] | None = None) -> int:
     """``python -m core.sweep.runner --study NAME``: the detached runner, or a parallel worker."""
     ap = argparse.ArgumentParser(prog="knee-runner")
-    ap.add_argument("--storage", default=os.environ.get(STORAGE_ENV),
-                    help=f"study store path or URL (default ${STORAGE_ENV}: how knee passes it, out of sight of ps)")
+    ap.add_argument(
+        "--storage",
+        default=os.environ.get(STORAGE_ENV),
+        help=f"study store path or URL (default ${STORAGE_ENV}: how knee passes it, out of sight of ps)",
+    )
     ap.add_argument("--study", required=True)
     ap.add_argument("--workspace")
     ap.add_argument("--worker-trial", help="(internal) run only this trial, for a parallel coordinator")
@@ -61,8 +64,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "Runner", "RunSummary", "run_study", "main", "default_measurer", "default_predictor",
-    "STORAGE_ENV", "BEAT_S", "CONTROL_POLL_S", "_Interrupted", "_summary_dict", "_hardware", "_arch",
+    "Runner",
+    "RunSummary",
+    "run_study",
+    "main",
+    "default_measurer",
+    "default_predictor",
+    "STORAGE_ENV",
+    "BEAT_S",
+    "CONTROL_POLL_S",
+    "_Interrupted",
+    "_summary_dict",
+    "_hardware",
+    "_arch",
 ]
 
 if __name__ == "__main__":

@@ -23,9 +23,13 @@ from core.spec.workload import DatasetKind, LengthDist, Workload
 from core.tomlfile import read_toml
 from core.spec.server_args import SERVER_FIELDS as _SERVER_FIELDS, server_config  # noqa: F401
 from core.sweep.grammar import ArgSet, CLIENT_ARG_TYPES, combinations, normalize_name, parse_part
+
 # llm-optimizer's dataset_name values knee runs, and the Workload dataset each one becomes.
 _DATASETS: dict[str, DatasetKind] = {
-    "random": "random", "random-ids": "random", "sharegpt": "sharegpt", "generated-shared-prefix": "shared-prefix",
+    "random": "random",
+    "random-ids": "random",
+    "sharegpt": "sharegpt",
+    "generated-shared-prefix": "shared-prefix",
 }
 
 
@@ -115,13 +119,21 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
 
 # Workload / LoadPoint field → the client arg that sets it (for one-line errors).
 _WORKLOAD_ARGS = {
-    "num_prompts": "num_prompts", "warmup": "warmup_requests", "seed": "seed",
-    "shared_prefix_len": "gsp_system_prompt_len", "dataset_path": "dataset_path",
-    "input": "random_input_len", "output": "random_output_len",
+    "num_prompts": "num_prompts",
+    "warmup": "warmup_requests",
+    "seed": "seed",
+    "shared_prefix_len": "gsp_system_prompt_len",
+    "dataset_path": "dataset_path",
+    "input": "random_input_len",
+    "output": "random_output_len",
 }
 _LOAD_ARGS = {
-    "concurrency": "max_concurrency", "request_rate": "request_rate", "arrival": "arrival",
-    "burstiness": "burstiness", "num_prompts": "num_prompts", "duration_s": "duration_s",
+    "concurrency": "max_concurrency",
+    "request_rate": "request_rate",
+    "arrival": "arrival",
+    "burstiness": "burstiness",
+    "num_prompts": "num_prompts",
+    "duration_s": "duration_s",
 }
 
 
@@ -190,13 +202,14 @@ def sim_ignored_warning(spec: SweepSpec) -> str | None:
     names = ", ".join(n for n, _ in ignored)
     swept = [n for n, k in ignored if k > 1]
     same = f"; the values of {', '.join(swept)} give identical simulated points" if swept else ""
-    return (f"the simulator does not model server arg{'s' if len(ignored) > 1 else ''} {names}: "
-            f"simulated points run as if unset{same} (a real engine gets them: --engine {spec.framework or 'vllm'})")
+    return (
+        f"the simulator does not model server arg{'s' if len(ignored) > 1 else ''} {names}: "
+        f"simulated points run as if unset{same} (a real engine gets them: --engine {spec.framework or 'vllm'})"
+    )
 
 
 # ---- GPUs ----------------------------------------------------------------------------------
-_PARALLEL_ARGS = ("tensor_parallel_size", "tp_size", "tp", "pipeline_parallel_size", "pp_size",
-                  "data_parallel_size", "dp_size", "dp")
+_PARALLEL_ARGS = ("tensor_parallel_size", "tp_size", "tp", "pipeline_parallel_size", "pp_size", "data_parallel_size", "dp_size", "dp")
 
 
 def gpus_needed(t: TrialPlan) -> int:
@@ -283,9 +296,26 @@ def _toml_sets(table: dict[str, Any], side: str) -> list[ArgSet]:
 
 
 SWEEP_FILE_KEYS = {
-    "model", "framework", "engine", "instance", "gpu", "num_gpus", "constraints", "input_len",
-    "output_len", "strategy", "objective", "sla", "early_stop", "parallel", "warmup", "seed", "rest_s",
-    "server", "client", "max_error_fraction",
+    "model",
+    "framework",
+    "engine",
+    "instance",
+    "gpu",
+    "num_gpus",
+    "constraints",
+    "input_len",
+    "output_len",
+    "strategy",
+    "objective",
+    "sla",
+    "early_stop",
+    "parallel",
+    "warmup",
+    "seed",
+    "rest_s",
+    "server",
+    "client",
+    "max_error_fraction",
 }
 
 

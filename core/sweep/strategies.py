@@ -24,48 +24,10 @@ import math
 from typing import Any
 
 from core.results.analysis import objective_key, score
-from core.spec.slo import SLO, parse_constraints
 from core.spec.study import PointRow, SweepSpec, make_point_id
-from core.sweep.space import PointPlan, TrialPlan, make_point, plan_trials
-
-
-class Strategy:
-    name = "grid"
-
-    def __init__(self, spec: SweepSpec, predictor=None):
-        self.spec = spec
-        self.slo: SLO = parse_constraints(spec.constraints)
-        self.plans = plan_trials(spec)
-        self.predictor = predictor
-        self.results: dict[str, PointRow] = {}
-        self.skipped: list[tuple[TrialPlan, str]] = []
-        self._trial_iter = iter(self.plans)
-
-    def observe(self, trial: TrialPlan, point: PointPlan, row: PointRow) -> None:
-        self.results[point.point_id] = row
-
-    def next_trial(self) -> TrialPlan | None:
-        return next(self._trial_iter, None)
-
-    def next_point(self, trial: TrialPlan) -> PointPlan | None:
-        for p in trial.points:
-            if p.point_id not in self.results:
-                return p
-        return None
-
-    def trial_failed(self, trial: TrialPlan) -> None:
-        """The trial's server failed; nothing more to do on it."""
-
-    def trial_done(self, trial: TrialPlan) -> None:
-        """Every point of the trial is stored (measured, failed or replayed)."""
-
-    def points_left(self, trial: TrialPlan) -> list[PointPlan]:
-        """Points the trial would still run (to store as failed when its server fails)."""
-        return [p for p in trial.points if p.point_id not in self.results]
-
-
-class GridStrategy(Strategy):
-    name = "grid"
+from core.sweep.space import PointPlan, TrialPlan
+from core.sweep.sla_strategy import SLAStrategy
+from core.sweep.strategy_base import GridStrategy, Strategy, load_knob_value
 
 
 class AdaptiveStrategy(Strategy):
@@ -100,7 +62,9 @@ class AdaptiveStrategy(Strategy):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self._sets = sets_from_json(self.spec.server_sets)
-        self._tpe = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=self.spec.seed, n_startup_trials=min(3, len(self.plans))))
+        self._tpe = optuna.create_study(
+            direction="maximize", sampler=optuna.samplers.TPESampler(seed=self.spec.seed, n_startup_trials=min(3, len(self.plans)))
+        )
         self._by_key = {t.trial_key: t for t in self.plans}
         self._asked: dict[str, Any] = {}  # trial_key -> optuna trial awaiting its value
         self._values: dict[str, float] = {}
@@ -108,8 +72,12 @@ class AdaptiveStrategy(Strategy):
         self._best_value = -math.inf
 
     def _trial_value(self, trial: TrialPlan) -> float:
-        vals = [v for r in self.results.values() if r.trial_key == trial.trial_key and r.status == "ok" and self.slo.holds(r.summary)
-                if (v := score(r, self.spec.objective)) is not None]
+        vals = [
+            v
+            for r in self.results.values()
+            if r.trial_key == trial.trial_key and r.status == "ok" and self.slo.holds(r.summary)
+            if (v := score(r, self.spec.objective)) is not None
+        ]
         return max(vals) if vals else -1e18  # failed or never meets the SLOs: worst
 
     def _tpe_next(self) -> TrialPlan | None:
@@ -200,7 +168,10 @@ class AdaptiveStrategy(Strategy):
                 continue
             scored = {pid: self._pred_score(pr, t) for pid, pr in good.items()}
             best_pred = max((s for s in scored.values() if s is not None), default=0.0)
-            t.predicted = {"score": best_pred, "points": {pid: {k: preds[pid].get(k) for k in (self.key, "p99_e2el_ms", "mean_ttft_ms") if k in preds[pid]} for pid in preds}}
+            t.predicted = {
+                "score": best_pred,
+                "points": {pid: {k: preds[pid].get(k) for k in (self.key, "p99_e2el_ms", "mean_ttft_ms") if k in preds[pid]} for pid in preds},
+            }
             # Most promising load first; points predicted to break the SLOs (beyond the
             # margin) are not run.
             t.points.sort(key=lambda p: -(v if (v := scored.get(p.point_id)) is not None else -math.inf))
@@ -216,8 +187,9 @@ class AdaptiveStrategy(Strategy):
         return r[len(r) // 2]
 
     def _best_measured(self) -> float | None:
-        vals = [v for r in self.results.values() if r.status == "ok" and self.slo.holds(r.summary)
-                if (v := score(r, self.spec.objective)) is not None]
+        vals = [
+            v for r in self.results.values() if r.status == "ok" and self.slo.holds(r.summary) if (v := score(r, self.spec.objective)) is not None
+        ]
         return max(vals) if vals else None
 
     def _can_beat(self, predicted: float | None) -> bool:
@@ -255,7 +227,7 @@ class AdaptiveStrategy(Strategy):
         if row.status != "ok" or not self.slo.holds(row.summary):
             self._blocked.add(trial.trial_key)
             self._block_load = getattr(self, "_block_load", {})
-            self._block_load.setdefault(trial.trial_key, []).append(_load_of(point))
+            self._block_load.setdefault(trial.trial_key, []).append(load_knob_value(point))
 
     def next_point(self, trial: TrialPlan) -> PointPlan | None:
         scores = getattr(trial, "_scores", {})
@@ -263,7 +235,7 @@ class AdaptiveStrategy(Strategy):
         for p in trial.points:
             if p.point_id in self.results:
                 continue
-            if blocked and any(_load_of(p) >= b for b in blocked):
+            if blocked and any(load_knob_value(p) >= b for b in blocked):
                 continue  # a lower load already broke the SLO
             if self.predictor is not None and scores and p.point_id not in scores:
                 continue  # predicted to miss the SLOs even with the estimator's margin
@@ -271,124 +243,6 @@ class AdaptiveStrategy(Strategy):
                 continue
             return p
         return None
-
-
-def _load_of(p: PointPlan) -> float:
-    return float(p.load.request_rate if p.load.request_rate is not None else (p.load.concurrency or 0))
-
-
-class SLAStrategy(Strategy):
-    """Bracketing then bisection on one load knob, per server configuration."""
-
-    name = "sla"
-
-    def __init__(self, spec: SweepSpec, predictor=None):
-        super().__init__(spec, predictor)
-        self.knob = spec.sla_knob
-        self.integer = self.knob == "max_concurrency"
-        # Client args other than the searched knob are the fixed workload (first variation).
-        base = dict(self._client_base())
-        base.pop("max_concurrency", None)
-        base.pop("request_rate", None)
-        self.base = base
-        self._state: dict[str, dict[str, Any]] = {}
-
-    def _client_base(self) -> dict[str, Any]:
-        from core.sweep.space import client_points
-
-        return client_points(self.spec)[0]
-
-    def _seed(self, trial: TrialPlan) -> float:
-        declared = self._client_base().get(self.knob)
-        if declared:
-            return float(declared)
-        if self.predictor is not None:
-            # Start where the estimator says the SLOs stop holding: the largest power of two
-            # (concurrency) or rate step predicted to meet them. Bracketing then corrects it
-            # in either direction, so a wrong prediction costs probes, never the answer.
-            seed = None
-            v = max(self.spec.sla_min, 1.0)
-            while v <= self.spec.sla_max:
-                p = make_point(self.spec, trial.server_args, {**self.base, self.knob: self._value(v)})
-                pred = self.predictor.predict(trial.config, p.workload, p.load)
-                if not pred or not self.slo.holds(pred):
-                    break
-                seed = v
-                v *= 2
-            if seed is not None:
-                return seed
-        return max(self.spec.sla_min, 1.0)
-
-    def _value(self, v: float) -> float | int:
-        return int(round(v)) if self.integer else round(v, 3)
-
-    def _st(self, trial: TrialPlan) -> dict[str, Any]:
-        st = self._state.get(trial.trial_key)
-        if st is None:
-            st = {"lo": None, "hi": None, "next": self._value(self._seed(trial)), "done": False, "tried": {}}
-            self._state[trial.trial_key] = st
-        return st
-
-    def _point(self, trial: TrialPlan, v: float | int) -> PointPlan:
-        return make_point(self.spec, trial.server_args, {**self.base, self.knob: v}, search="sla")
-
-    def next_point(self, trial: TrialPlan) -> PointPlan | None:
-        st = self._st(trial)
-        while not st["done"]:
-            v = st["next"]
-            p = self._point(trial, v)
-            if p.point_id in self.results:  # resumed: replay the stored result
-                self._advance(trial, v, self.results[p.point_id])
-                continue
-            return p
-        return None
-
-    def observe(self, trial: TrialPlan, point: PointPlan, row: PointRow) -> None:
-        super().observe(trial, point, row)
-        v = point.client_args.get(self.knob)
-        st = self._st(trial)
-        if v == st["next"] and not st["done"]:
-            self._advance(trial, v, row)
-
-    def _advance(self, trial: TrialPlan, v: float | int, row: PointRow) -> None:
-        st = self._st(trial)
-        ok = row.status == "ok" and self.slo.holds(row.summary)
-        st["tried"][v] = ok
-        if ok:
-            st["lo"] = v if st["lo"] is None else max(st["lo"], v)
-        else:
-            st["hi"] = v if st["hi"] is None else min(st["hi"], v)
-        lo, hi = st["lo"], st["hi"]
-        if hi is None:  # still bracketing upward
-            nxt = self._value(min(v * 2, self.spec.sla_max))
-            if nxt <= v:
-                st["done"] = True
-                return
-        elif lo is None:  # failed at the seed: bracket downward
-            if v <= self.spec.sla_min:
-                st["done"] = True
-                return
-            nxt = self._value(max(self.spec.sla_min, v / 2))
-        else:
-            if (hi - lo) <= max(1 if self.integer else 0, self.spec.sla_tolerance * hi):
-                st["done"] = True
-                return
-            nxt = self._value((lo + hi) / 2)
-            if nxt in (lo, hi):
-                st["done"] = True
-                return
-        st["next"] = nxt
-
-    def points_left(self, trial: TrialPlan) -> list[PointPlan]:
-        st = self._st(trial)
-        return [] if st["done"] else [self._point(trial, st["next"])]
-
-    def trial_failed(self, trial: TrialPlan) -> None:
-        self._st(trial)["done"] = True
-
-    def sla_result(self, trial: TrialPlan) -> dict[str, Any]:
-        st = self._st(trial)
-        return {"knob": self.knob, "max_meeting_slo": st["lo"], "lowest_failing": st["hi"]}
 
 
 def make_strategy(spec: SweepSpec, predictor=None) -> Strategy:

@@ -116,7 +116,9 @@ class TrialLoop:
                     raise _Interrupted("signal")
             t_launch = time.monotonic()
             assert log_path is not None  # a real engine logs to the trial's folder
-            server = launch(self.spec.engine, self.spec.framework, self.spec.model, trial.server_args, log_path, gpus=gpus, cancel=self.cancel, tag=self._tag(tid))
+            server = launch(
+                self.spec.engine, self.spec.framework, self.spec.model, trial.server_args, log_path, gpus=gpus, cancel=self.cancel, tag=self._tag(tid)
+            )
             self._server = server
             start_s = time.monotonic() - t_launch
             cmd = server.cmd
@@ -125,7 +127,14 @@ class TrialLoop:
         self.summary.launches += 1
         self.summary.gpu_seconds += start_s * trial.config.num_gpus
         self.store.update_trial(self.study, tid, cmd=cmd, log_path=str(log_path) if log_path else None, launches=launches, start_s=start_s, gpus=gpus)
-        self.emit("server_ready", trial_id=tid, start_s=start_s, base_url=server.base_url if server else None, pid=server.pid if server else None, simulated=kind == "sim")
+        self.emit(
+            "server_ready",
+            trial_id=tid,
+            start_s=start_s,
+            base_url=server.base_url if server else None,
+            pid=server.pid if server else None,
+            simulated=kind == "sim",
+        )
         self._record_host(tid, trial, server)
         return server, cmd
 
@@ -143,7 +152,9 @@ class TrialLoop:
         if launched:
             self.emit("trial_done", trial_id=tid, status=status, points=len(pts))
 
-    def _fail_trial(self, strategy: Strategy, trial: TrialPlan, tid: int, kind: str, detail: str, started: float, stored_point: str | None = None) -> None:
+    def _fail_trial(
+        self, strategy: Strategy, trial: TrialPlan, tid: int, kind: str, detail: str, started: float, stored_point: str | None = None
+    ) -> None:
         reason = f"{kind}: {detail}"
         self.summary.trials_failed += 1
         self.store.update_trial(self.study, tid, status="failed", reason=reason, ended_at=time.time(), server_pid=None)

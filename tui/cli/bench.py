@@ -38,7 +38,9 @@ def register(sub) -> None:
     t.add_argument("--inference-component", help="inference component of --sagemaker-endpoint to invoke (endpoints knee deploy made with copies)")
     t.add_argument("--sagemaker-format", choices=["vllm", "lmi"], default="vllm", help="request/response schema of the container")
     t.add_argument("--region", help="AWS region for --sagemaker-endpoint (default: the AWS configuration's)")
-    t.add_argument("--transport", choices=["raw", "aiohttp", "httpx-aiohttp", "httpx"], help="HTTP client (default: raw, chosen by bench/client_capacity.py)")
+    t.add_argument(
+        "--transport", choices=["raw", "aiohttp", "httpx-aiohttp", "httpx"], help="HTTP client (default: raw, chosen by bench/client_capacity.py)"
+    )
     d = p.add_argument_group("dataset")
     d.add_argument("--dataset", choices=["random", "sharegpt", "shared-prefix", "corpus"], default="random")
     d.add_argument("--dataset-path", help="ShareGPT JSON/JSONL file (for --dataset sharegpt)")
@@ -165,8 +167,15 @@ def run(args) -> int:
     def work():
         try:
             box["result"] = run_load_sync(
-                target, prompts, lp, warmup=args.warmup, on_progress=lambda p: latest.__setitem__(0, p),
-                slo=slo, tokenizer=tok, percentiles=pcts, seed=args.seed,
+                target,
+                prompts,
+                lp,
+                warmup=args.warmup,
+                on_progress=lambda p: latest.__setitem__(0, p),
+                slo=slo,
+                tokenizer=tok,
+                percentiles=pcts,
+                seed=args.seed,
             )
         except BaseException as e:  # re-raised on the main thread
             box["error"] = e

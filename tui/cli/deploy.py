@@ -50,10 +50,15 @@ def _source_args(p: argparse.ArgumentParser) -> None:
 def _target_args(p: argparse.ArgumentParser, need_instance: bool = True) -> None:
     g = p.add_argument_group("where to deploy")
     g.add_argument("--instance", required=need_instance, help="SageMaker instance type, e.g. ml.g6.12xlarge")
-    g.add_argument("--container", choices=["lmi", "vllm", "tgi"], default="lmi",
-                   help="lmi (DJL+vLLM, default), vllm (SageMaker vLLM DLC), tgi (legacy)")
-    g.add_argument("--style", choices=["auto", "ic", "single"], default="auto",
-                   help="inference components (copies per instance) or a single-model endpoint; auto: ic when >1 copy fits")
+    g.add_argument(
+        "--container", choices=["lmi", "vllm", "tgi"], default="lmi", help="lmi (DJL+vLLM, default), vllm (SageMaker vLLM DLC), tgi (legacy)"
+    )
+    g.add_argument(
+        "--style",
+        choices=["auto", "ic", "single"],
+        default="auto",
+        help="inference components (copies per instance) or a single-model endpoint; auto: ic when >1 copy fits",
+    )
     g.add_argument("--target-rps", type=float, help="size the instance count for this request rate")
     g.add_argument("--instances", type=int, help="instance count (overrides --target-rps sizing)")
     g.add_argument("--max-instances", type=int, help="managed instance scaling ceiling (inference components)")
@@ -139,8 +144,10 @@ def _load_trial(trial_id: str, study: str | None, workspace: str | None = None, 
     except ImportError:
         StudyStore = None  # noqa: N806
     if StudyStore is None:
-        raise BadInput("--trial needs the study store, which is not available in this build",
-                       "export the trial with --from-json FILE or give --model --tp ... and the throughput flags")
+        raise BadInput(
+            "--trial needs the study store, which is not available in this build",
+            "export the trial with --from-json FILE or give --model --tp ... and the throughput flags",
+        )
     from core.results import store as store_mod
 
     if storage is None and workspace is not None and hasattr(store_mod, "default_storage"):
@@ -180,10 +187,17 @@ def _source(args):
     positive(args.output_throughput, "--output-throughput")
     if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
         raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization:g}")
-    over_src = {k: v for k, v in {"gpu": args.measured_gpu, "num_gpus": args.measured_num_gpus,
-                                  "request_throughput": args.request_throughput,
-                                  "output_throughput": args.output_throughput,
-                                  "simulated": args.simulated}.items() if v is not None}
+    over_src = {
+        k: v
+        for k, v in {
+            "gpu": args.measured_gpu,
+            "num_gpus": args.measured_num_gpus,
+            "request_throughput": args.request_throughput,
+            "output_throughput": args.output_throughput,
+            "simulated": args.simulated,
+        }.items()
+        if v is not None
+    }
     if base is None:
         if "model" not in over_cfg:
             raise BadInput("nothing to deploy", "pass --trial ID, --from-json FILE, or --model with the knobs")
@@ -222,10 +236,17 @@ def _plan(args):
         if v is not None and v < 1:
             raise BadInput(f"--{flag.replace('_', '-')} must be at least 1, got {v}")
     target = DeployTarget(
-        instance=args.instance, container=args.container, region=_region(args),
+        instance=args.instance,
+        container=args.container,
+        region=_region(args),
         style={"auto": "auto", "ic": "inference-components", "single": "single-model"}[args.style],
-        target_rps=args.target_rps, instance_count=args.instances, max_instance_count=args.max_instances,
-        role_arn=args.role, name=args.name, image_version=args.image_version, image_uri=args.image_uri,
+        target_rps=args.target_rps,
+        instance_count=args.instances,
+        max_instance_count=args.max_instances,
+        role_arn=args.role,
+        name=args.name,
+        image_version=args.image_version,
+        image_uri=args.image_uri,
         hf_token=_secret(args),
     )
     return build_plan(src, target)
@@ -279,19 +300,24 @@ def run_apply(args) -> int:
     if not args.json:
         sys.stdout.write(render_text(plan, full=False))
         sys.stdout.flush()
-    confirm(f"Create {len(plan.calls)} SageMaker resources in {plan.region} "
-             f"(about {'$%.2f/h' % plan.sizing.cost_per_hour if plan.sizing.cost_per_hour else 'unknown cost'})?", args.yes)
-    result = apply_plan(plan, confirmed=True, progress=_printer(),
-                        options=_options(args, smoke_test=not args.no_smoke_test, rollback=not args.no_rollback))
+    confirm(
+        f"Create {len(plan.calls)} SageMaker resources in {plan.region} "
+        f"(about {'$%.2f/h' % plan.sizing.cost_per_hour if plan.sizing.cost_per_hour else 'unknown cost'})?",
+        args.yes,
+    )
+    result = apply_plan(
+        plan, confirmed=True, progress=_printer(), options=_options(args, smoke_test=not args.no_smoke_test, rollback=not args.no_rollback)
+    )
     if args.json:
         print_json(result)
     else:
-        print(f"\nDeployed {result.endpoint_name} in {result.elapsed_s:.0f} s "
-              f"(created {len(result.created)}, reused {len(result.reused)}).")
+        print(f"\nDeployed {result.endpoint_name} in {result.elapsed_s:.0f} s (created {len(result.created)}, reused {len(result.reused)}).")
         if result.smoke:
             print(f"Smoke test: ok, first byte {result.smoke.first_byte_s:.2f} s, said {result.smoke.text!r}")
         if plan.sizing.cost_per_hour:
-            print(f"Cost: ${plan.sizing.cost_per_hour:.2f}/h while it runs. Remove it with: knee deploy delete --name {plan.name} --region {plan.region}")
+            print(
+                f"Cost: ${plan.sizing.cost_per_hour:.2f}/h while it runs. Remove it with: knee deploy delete --name {plan.name} --region {plan.region}"
+            )
         print(f"Benchmark it: {result.invoke_hint}")
     return 0
 
@@ -300,8 +326,7 @@ def run_delete(args) -> int:
     from core.deploy import delete_deployment
 
     confirm(f"Delete deployment {args.name} in {_region(args)}?", args.yes)
-    result = delete_deployment(args.name, confirmed=True, region=_region(args), progress=_printer(),
-                               options=_options(args), force=args.force)
+    result = delete_deployment(args.name, confirmed=True, region=_region(args), progress=_printer(), options=_options(args), force=args.force)
     if args.json:
         print_json(result)
     else:
@@ -328,8 +353,7 @@ def run_status(args) -> int:
         v = ", ".join(f"{x['name']}: {x['instances']} instance(s)" for x in st.endpoint["variants"])
         print(f"Endpoint {args.name}: {st.endpoint['status']} ({v}){'' if st.managed_by_knee else ' [not made by knee]'}")
     for ic in st.inference_components:
-        print(f"  inference component {ic['name']}: {ic['status']}, {ic['copies']}/{ic['desired_copies']} copies "
-              f"x {ic['gpus_per_copy']:g} GPU")
+        print(f"  inference component {ic['name']}: {ic['status']}, {ic['copies']}/{ic['desired_copies']} copies x {ic['gpus_per_copy']:g} GPU")
     print(f"  endpoint configs: {', '.join(st.endpoint_configs) or '-'}; models: {', '.join(st.models) or '-'}")
     return 0
 
@@ -337,8 +361,7 @@ def run_status(args) -> int:
 def run_scale(args) -> int:
     from core.deploy import scale_deployment
 
-    st = scale_deployment(args.name, copies=args.copies, instances=args.instances, region=_region(args),
-                          progress=_printer(), options=_options(args))
+    st = scale_deployment(args.name, copies=args.copies, instances=args.instances, region=_region(args), progress=_printer(), options=_options(args))
     if args.json:
         print_json(st)
     else:

@@ -28,8 +28,11 @@ def register(sub) -> None:
     p.add_argument("--input-len", type=float, help="prompt tokens per request (default 1024)")
     p.add_argument("--output-len", type=float, help="output tokens per request (default 512)")
     p.add_argument("--range-ratio", type=float, help="lengths uniform in [L(1-r), L(1+r)] (default 0: fixed)")
-    p.add_argument("--dataset", choices=("random", "sharegpt"),
-                   help="sharegpt: ShareGPT-like length spread, bundled (no file); --input-len/--output-len set its means")
+    p.add_argument(
+        "--dataset",
+        choices=("random", "sharegpt"),
+        help="sharegpt: ShareGPT-like length spread, bundled (no file); --input-len/--output-len set its means",
+    )
     p.add_argument("--concurrency", help="closed-loop concurrencies to predict, e.g. 1,8,32 (default 1..256)")
     p.add_argument("--constraints", help="SLOs in llm-optimizer's grammar, e.g. 'ttft:p95<500ms;e2e_latency:p99<60s'")
     p.add_argument("--max-num-batched-tokens", type=int, help="vLLM token budget per step (default: the engine's)")
@@ -132,16 +135,18 @@ def format_report(r) -> str:
     rows = []
     for mp in r.memory:
         d = mp.as_dict()
-        rows.append([
-            f"TP{mp.tp}",
-            "yes" if mp.fits else "NO",
-            f"{d['weights_gb_per_gpu']:.2f}",
-            f"{d['activations_gb_per_gpu']:.2f}",
-            f"{d['runtime_gb_per_gpu']:.2f}",
-            f"{d['kv_cache_gb_per_gpu']:.2f}",
-            f"{mp.kv_tokens:,}",
-            "" if mp.fits else (mp.reason or ""),
-        ])
+        rows.append(
+            [
+                f"TP{mp.tp}",
+                "yes" if mp.fits else "NO",
+                f"{d['weights_gb_per_gpu']:.2f}",
+                f"{d['activations_gb_per_gpu']:.2f}",
+                f"{d['runtime_gb_per_gpu']:.2f}",
+                f"{d['kv_cache_gb_per_gpu']:.2f}",
+                f"{mp.kv_tokens:,}",
+                "" if mp.fits else (mp.reason or ""),
+            ]
+        )
     out += _table(["TP", "fits", "weights GB", "activ. GB", "runtime GB", "KV GB", "KV tokens/replica", "reason"], rows, {2, 3, 4, 5, 6})
 
     if not r.configs:
@@ -177,20 +182,22 @@ def format_report(r) -> str:
     rows = []
     for ce in r.configs:
         for p in ce.predictions:
-            rows.append([
-                ce.label,
-                str(int(p.concurrency)),
-                _ms(p.ttft_ms.mean),
-                _ms(p.ttft_ms.p99),
-                f"{p.itl_ms.mean:.1f}",
-                f"{p.itl_ms.p99:.1f}",
-                f"{p.e2e_s.mean:.2f}",
-                f"{p.e2e_s.p99:.2f}",
-                f"{p.req_per_s:.2f}",
-                _num(p.output_tok_per_s),
-                f"{p.running:.1f}" if p.running < 10 else f"{p.running:.0f}",
-                p.limited_by,
-            ])
+            rows.append(
+                [
+                    ce.label,
+                    str(int(p.concurrency)),
+                    _ms(p.ttft_ms.mean),
+                    _ms(p.ttft_ms.p99),
+                    f"{p.itl_ms.mean:.1f}",
+                    f"{p.itl_ms.p99:.1f}",
+                    f"{p.e2e_s.mean:.2f}",
+                    f"{p.e2e_s.p99:.2f}",
+                    f"{p.req_per_s:.2f}",
+                    _num(p.output_tok_per_s),
+                    f"{p.running:.1f}" if p.running < 10 else f"{p.running:.0f}",
+                    p.limited_by,
+                ]
+            )
     out += _table(
         ["config", "conc", "TTFT ms", "p99", "ITL ms", "p99", "E2E s", "p99", "req/s", "out tok/s", "running", "limited by"],
         rows,
@@ -203,15 +210,17 @@ def format_report(r) -> str:
     for ce in r.configs:
         k = ce.at_knee
         cost = ce.cost_per_1m_output_tokens
-        rows.append([
-            ce.label,
-            str(int(k.concurrency)),
-            f"{k.req_per_s:.2f}",
-            _num(k.output_tok_per_s),
-            f"${cost:.3f}" if cost is not None else "-",
-            k.prefill_bottleneck,
-            k.decode_bottleneck,
-        ])
+        rows.append(
+            [
+                ce.label,
+                str(int(k.concurrency)),
+                f"{k.req_per_s:.2f}",
+                _num(k.output_tok_per_s),
+                f"${cost:.3f}" if cost is not None else "-",
+                k.prefill_bottleneck,
+                k.decode_bottleneck,
+            ]
+        )
     out += _table(["config", "conc", "req/s", "out tok/s", "$/1M out", "prefill bound by", "decode bound by"], rows, {1, 2, 3, 4})
     out += _bands(r)
 
@@ -242,9 +251,13 @@ def _bands(r) -> list[str]:
     for ce in r.configs:
         k = ce.at_knee
         cells = [ce.label]
-        for key, v, fmt in (("ttft_ms", k.ttft_ms.mean, _ms), ("itl_ms", k.itl_ms.mean, lambda x: f"{x:.1f}"),
-                            ("e2e_s", k.e2e_s.mean, lambda x: f"{x:.2f}"), ("req_per_s", k.req_per_s, lambda x: f"{x:.2f}"),
-                            ("output_tok_per_s", k.output_tok_per_s, _num)):
+        for key, v, fmt in (
+            ("ttft_ms", k.ttft_ms.mean, _ms),
+            ("itl_ms", k.itl_ms.mean, lambda x: f"{x:.1f}"),
+            ("e2e_s", k.e2e_s.mean, lambda x: f"{x:.2f}"),
+            ("req_per_s", k.req_per_s, lambda x: f"{x:.2f}"),
+            ("output_tok_per_s", k.output_tok_per_s, _num),
+        ):
             b = band(key, v)
             cells.append(f"{fmt(v)} ({fmt(b['low'])}-{fmt(b['high'])})" if b else fmt(v))
         rows.append(cells)

@@ -52,7 +52,9 @@ def run_calibrated(args) -> int:
     print(f"{spec.model}: calibrated by study {args.calibrate_from!r} ({cal.as_dict()['points']} points, {cal.refits} refits), {isl} in / {osl} out")
     for block in out:
         p = block["profile"]
-        print(f"TP{block['tp']}: step {p['step_ms']:.3f} ms + {p['seq_ms']:.4f} ms/seq + {p['token_us']:.2f} us/token, request overhead {p['request_overhead_ms']:.1f} ms")
+        print(
+            f"TP{block['tp']}: step {p['step_ms']:.3f} ms + {p['seq_ms']:.4f} ms/seq + {p['token_us']:.2f} us/token, request overhead {p['request_overhead_ms']:.1f} ms"
+        )
         print(f"  {'conc':>5} {'TTFT ms':>9} {'TPOT ms':>9} {'E2E s':>8} {'req/s':>8} {'out tok/s':>10}")
         for r in block["points"]:
             if "mean_ttft_ms" not in r:

@@ -36,7 +36,9 @@ class ProgressPrinter:
             self.n_trials = d.get("planned_trials", 0)
             tag = " [SIMULATED]" if self.sim else ""
             resumed = f", {d['resumed_points']} already stored" if d.get("resumed_points") else ""
-            self._print(f"sweep {self.study or ''}: {d.get('model')} on {d.get('engine')}{tag}, {d.get('strategy')} search, {d.get('planned_trials')} configs / {d.get('planned_points')} load points{resumed}")
+            self._print(
+                f"sweep {self.study or ''}: {d.get('model')} on {d.get('engine')}{tag}, {d.get('strategy')} search, {d.get('planned_trials')} configs / {d.get('planned_points')} load points{resumed}"
+            )
         elif kind == "trial_started":
             args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items()) or "(defaults)"
             gpus = f" gpus={','.join(map(str, d['gpus']))}" if d.get("gpus") else ""
@@ -86,7 +88,7 @@ class ProgressPrinter:
             args = " ".join(f"{k}={v}" for k, v in (d.get("server_args") or {}).items())
             self._print(f"[skip] {args}: {d.get('reason')}")
         elif kind == "trial_failed":
-            reason = (d.get("reason") or "")
+            reason = d.get("reason") or ""
             first, _, rest = reason.partition("\n")
             self._print(f"  FAILED: {first}")
             for ln in rest.splitlines()[-5:]:
@@ -95,7 +97,9 @@ class ProgressPrinter:
             rerun = f"; point {d['rerun_point']} runs again (re-run)" if d.get("rerun_point") else ""
             self._print(f"[trial {d.get('trial_id')}] taken over from {_worker_name(d.get('from_worker'))} (its lease expired){rerun}")
         elif kind == "lease_lost":
-            self._print(f"[trial {d.get('trial_id')}] lease lost{' by ' + _worker_name(d['worker']) if d.get('worker') else ''}: another worker took it over")
+            self._print(
+                f"[trial {d.get('trial_id')}] lease lost{' by ' + _worker_name(d['worker']) if d.get('worker') else ''}: another worker took it over"
+            )
         elif kind in ("worker_done", "worker_interrupted") and self.show_workers:
             word = "finished" if kind == "worker_done" else f"interrupted ({d.get('signal')})"
             self._print(f"worker {_worker_name(d.get('worker'))} {word}: {d.get('points_run', 0)} load points run")
@@ -105,7 +109,8 @@ class ProgressPrinter:
                 f"sweep {word}: {d.get('points_run', 0)} load points run, {d.get('points_failed', 0)} failed, "
                 f"{d.get('points_resumed', 0)} resumed, {d.get('launches', 0)} server launches, "
                 f"{d.get('trials_skipped', 0)} configs skipped, GPU time {d.get('gpu_seconds', 0) / 3600:.2f} h"
-                + (" (simulated)" if self.sim else "") + f", wall {d.get('wall_s', 0):.1f} s"
+                + (" (simulated)" if self.sim else "")
+                + f", wall {d.get('wall_s', 0):.1f} s"
             )
 
 

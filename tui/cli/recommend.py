@@ -25,9 +25,12 @@ def register(sub) -> None:
     p.add_argument("--target-rps", type=float, help="size the instance count for this request rate")
     p.add_argument("--instances", default="all", help="all (default), a list (ml.g6.12xlarge,ml.g6e.xlarge) or globs (ml.g6*)")
     p.add_argument("--allow-quantization", action="store_true", help="also consider FP8 weights and FP8 KV cache where the GPU has FP8")
-    p.add_argument("--region", help="price region: us-east-1 (default) and us-west-2 are bundled, others from your catalog "
-                   "override; an instance without a price there is excluded, never given another region's; "
-                   "with --measure, also where the endpoints are created")
+    p.add_argument(
+        "--region",
+        help="price region: us-east-1 (default) and us-west-2 are bundled, others from your catalog "
+        "override; an instance without a price there is excluded, never given another region's; "
+        "with --measure, also where the endpoints are created",
+    )
     p.add_argument("--all-layouts", action="store_true", help="every layout, not only each instance's best")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     m = p.add_argument_group("measure the finalists on SageMaker (creates billed endpoints, after one confirmation)")
@@ -77,7 +80,9 @@ def run(args) -> int:
         return 0
     rows = rec.ranked if args.all_layouts else rec.best_per_instance
     target = f", {req.target_rps:g} req/s" if req.target_rps else ""
-    print(f"knee recommend: {req.model}, {req.input_len:g} in / {req.output_len:g} out, constraints {req.constraints or 'none'}{target}; goal {req.goal}")
+    print(
+        f"knee recommend: {req.model}, {req.input_len:g} in / {req.output_len:g} out, constraints {req.constraints or 'none'}{target}; goal {req.goal}"
+    )
     head = f"{'#':>2}  {'instance':<20} {'layout':<9} {'req/s (low-high)':<20} {'count':>5} {'$/h':>9} {'$/1M out':>9}  bottleneck"
     print(head)
     print("-" * len(head))
@@ -104,10 +109,17 @@ def _measure_options(args):
     positive(args.poll_interval, "--poll-interval")
     if args.measure_prompts < 1:
         raise BadInput(f"--measure-prompts must be at least 1, got {args.measure_prompts}")
-    opts = MeasureOptions(n=args.measure, role_arn=args.role, region=args.region or "us-east-1", container=args.container,
-                          poll_interval_s=args.poll_interval, max_concurrency=args.measure_max_concurrency,
-                          min_prompts=args.measure_prompts, storage=args.storage or default_storage(args.workspace),
-                          study=args.study)
+    opts = MeasureOptions(
+        n=args.measure,
+        role_arn=args.role,
+        region=args.region or "us-east-1",
+        container=args.container,
+        poll_interval_s=args.poll_interval,
+        max_concurrency=args.measure_max_concurrency,
+        min_prompts=args.measure_prompts,
+        storage=args.storage or default_storage(args.workspace),
+        study=args.study,
+    )
     check_options(opts, deploy_ops())
     return opts
 
@@ -120,10 +132,18 @@ def deploy_ops():
     from core.deploy.plan import valid_role
     from core.recommend.measure import DeployOps
 
-    return DeployOps(build_plan=d.build_plan, DeploySource=d.DeploySource, DeployTarget=d.DeployTarget,
-                     ApplyOptions=d.ApplyOptions, apply_plan=d.apply_plan, delete_deployment=d.delete_deployment,
-                     describe_deployment=d.describe_deployment, make_clients=d.make_clients, check_region=check_region,
-                     valid_role=valid_role)
+    return DeployOps(
+        build_plan=d.build_plan,
+        DeploySource=d.DeploySource,
+        DeployTarget=d.DeployTarget,
+        ApplyOptions=d.ApplyOptions,
+        apply_plan=d.apply_plan,
+        delete_deployment=d.delete_deployment,
+        describe_deployment=d.describe_deployment,
+        make_clients=d.make_clients,
+        check_region=check_region,
+        valid_role=valid_role,
+    )
 
 
 def _say(line: str) -> None:
@@ -143,13 +163,14 @@ def _measure(args, req, rec, opts) -> int:
     finals = plan_finalists(req.model, rows, opts, ops)
     cost = cost_estimate(finals, opts)
     say = _say_err if args.json else _say  # --json: stdout holds only the result
-    say(f"knee recommend --measure {opts.n}: deploying {len(finals)} endpoint(s) in {opts.region}, one instance each, "
-        "side by side; each is benchmarked, then deleted")
+    say(
+        f"knee recommend --measure {opts.n}: deploying {len(finals)} endpoint(s) in {opts.region}, one instance each, "
+        "side by side; each is benchmarked, then deleted"
+    )
     for f in finals:
         c = f.cand
         price = f"${c.usd_per_hour:.2f}/h" if c.usd_per_hour is not None else "no price"
-        say(f"  {f.plan.endpoint_name}: {c.instance} TP{c.tp} x {c.copies} ({price}, about "
-            f"{cost.minutes[f.plan.endpoint_name]:.0f} min)")
+        say(f"  {f.plan.endpoint_name}: {c.instance} TP{c.tp} x {c.copies} ({price}, about {cost.minutes[f.plan.endpoint_name]:.0f} min)")
     if opts.region != "us-east-1":
         say("  prices are us-east-1's (the bundled ones)")
     say(f"  {cost.text()}")
@@ -165,8 +186,7 @@ def _measure(args, req, rec, opts) -> int:
     if args.json:
         from tui.cli.common import print_json
 
-        print_json({"study": res.study, "measured_on": "sagemaker", "rows": [r.as_dict() for r in res.rows],
-                    "leftovers": res.leftovers})
+        print_json({"study": res.study, "measured_on": "sagemaker", "rows": [r.as_dict() for r in res.rows], "leftovers": res.leftovers})
         return 1 if res.leftovers else 0
     print(f"\nRanked again by MEASURED numbers (SageMaker, {opts.region}; goal {req.goal}); study {res.study}:")
     head = f"{'#':>2}  {'instance':<20} {'layout':<9} {'req/s meas (pred)':<18} {'c@SLO':>5} {'count':>5} {'$/h':>9} {'$/1M out':>9}"
@@ -177,7 +197,9 @@ def _measure(args, req, rec, opts) -> int:
         cap = f"{r.request_rps:.2f} ({c.capacity_rps:.2f})" if r.request_rps is not None else f"- ({c.capacity_rps:.2f})"
         cost_h = f"{r.usd_per_hour_total:.2f}" if r.usd_per_hour_total is not None else "-"
         per_m = f"{r.usd_per_1m_output_tokens:.3f}" if r.usd_per_1m_output_tokens is not None else "-"
-        print(f"{i:>2}  {c.instance:<20} TP{c.tp}x{c.copies:<5} {cap:<18} {r.max_concurrency or '-':>5} "
-              f"{r.instances_needed or '-':>5} {cost_h:>9} {per_m:>9}  {r.note}")
+        print(
+            f"{i:>2}  {c.instance:<20} TP{c.tp}x{c.copies:<5} {cap:<18} {r.max_concurrency or '-':>5} "
+            f"{r.instances_needed or '-':>5} {cost_h:>9} {per_m:>9}  {r.note}"
+        )
     print(f"\nknee results --study {res.study} --storage {opts.storage}   (Pareto; knee deploy --trial ID --study {res.study})")
     return 1 if res.leftovers else 0

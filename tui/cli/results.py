@@ -14,8 +14,14 @@ def register(sub) -> None:
     p = sub.add_parser("results", help="show a study: best config, Pareto frontier, knee; export")
     p.add_argument("--study", help="study name (default: the latest)")
     p.add_argument("--list", action="store_true", help="list the studies in the store")
-    p.add_argument("--pareto", metavar="X,Y", help="frontier over two metrics, e.g. output_throughput,p99_e2el_ms (default) or tokens_per_s_per_user,output_throughput_per_gpu")
-    p.add_argument("--objective", choices=["throughput", "throughput_per_gpu", "goodput", "latency", "cost"], help="what 'best' means (default: the study's)")
+    p.add_argument(
+        "--pareto",
+        metavar="X,Y",
+        help="frontier over two metrics, e.g. output_throughput,p99_e2el_ms (default) or tokens_per_s_per_user,output_throughput_per_gpu",
+    )
+    p.add_argument(
+        "--objective", choices=["throughput", "throughput_per_gpu", "goodput", "latency", "cost"], help="what 'best' means (default: the study's)"
+    )
     p.add_argument("--constraints", help="override the study's SLOs for 'best'")
     p.add_argument("--export", metavar="FILE", help="write the study to FILE")
     p.add_argument("--format", choices=["json", "jsonl", "csv", "llm-optimizer"], help="export format (default from FILE's suffix)")
@@ -81,8 +87,13 @@ def analyze(store, study: str, pareto_axes: str | None = None, objective: str | 
         "study": study,
         "model": row["model"],
         "status": study_status(row),  # "interrupted" for a runner that died without a word
-        "runner": {"pid": row.get("runner_pid"), "host": row.get("runner_host"), "heartbeat_at": row.get("heartbeat_at"),
-                   "alive": runner_alive(row), "reason": runner_gone(row)},
+        "runner": {
+            "pid": row.get("runner_pid"),
+            "host": row.get("runner_host"),
+            "heartbeat_at": row.get("heartbeat_at"),
+            "alive": runner_alive(row),
+            "reason": runner_gone(row),
+        },
         "source": row["source"],
         "simulated": any(p.simulated for p in points),
         "constraints": str(slo),
@@ -123,7 +134,9 @@ def _predictions(spec, points) -> dict[str, dict[str, float]]:
 
 def resume_command(study: str, args) -> str:
     """The command that resumes ``study`` in the store these arguments name."""
-    where = (f" --workspace {args.workspace}" if getattr(args, "workspace", None) else "") + (f" --storage {args.storage}" if getattr(args, "storage", None) else "")
+    where = (f" --workspace {args.workspace}" if getattr(args, "workspace", None) else "") + (
+        f" --storage {args.storage}" if getattr(args, "storage", None) else ""
+    )
     return f"knee sweep --resume --study {study}{where}"
 
 
@@ -137,7 +150,12 @@ def run(args) -> int:
         if args.json:
             from tui.cli.common import print_json
 
-            print_json([{k: s[k] for k in ("name", "model", "source", "created_at")} | {"status": study_status(s), "points": len(store.points(s["name"]))} for s in studies])
+            print_json(
+                [
+                    {k: s[k] for k in ("name", "model", "source", "created_at")} | {"status": study_status(s), "points": len(store.points(s["name"]))}
+                    for s in studies
+                ]
+            )
         else:
             for s in studies:
                 print(f"{s['name']:40} {s['model']:30} {study_status(s):12} {len(store.points(s['name'])):4} points  ({s['source']})")
@@ -160,23 +178,46 @@ def run(args) -> int:
         def pt(p):
             if p is None:
                 return None
-            d = {"point_id": p.point_id, "trial_id": p.trial_id, "server_args": p.server_args, "client_args": p.client_args, "summary": p.summary, "status": p.status, "reason": p.reason, "meets_slo": p.meets_slo, "simulated": p.simulated, "cmd": p.cmd}
+            d = {
+                "point_id": p.point_id,
+                "trial_id": p.trial_id,
+                "server_args": p.server_args,
+                "client_args": p.client_args,
+                "summary": p.summary,
+                "status": p.status,
+                "reason": p.reason,
+                "meets_slo": p.meets_slo,
+                "simulated": p.simulated,
+                "cmd": p.cmd,
+            }
             if p.point_id in a["point_hosts"]:
                 d["stored_by"] = a["point_hosts"][p.point_id]  # worker, host, pid, rerun
             return d
 
-        print_json({
-            "study": a["study"], "model": a["model"], "status": a["status"], "simulated": a["simulated"],
-            "runner": a["runner"], "resume": a["resume"],
-            "constraints": a["constraints"], "objective": a["objective"],
-            "max_load_meeting_slo": a["max_load_meeting_slo"],
-            "predicted": a["predicted"],
-            "best": pt(a["best"]),
-            "pareto": {"x": a["pareto"]["x"], "y": a["pareto"]["y"], "points": [pt(p) for p in a["pareto"]["points"]], "knee": pt(a["pareto"]["knee"])},
-            "trials": [t.model_dump(mode="json") for t in a["trials"]],
-            "points": [pt(p) for p in a["points"]],
-            "workers": a["workers"],
-        })
+        print_json(
+            {
+                "study": a["study"],
+                "model": a["model"],
+                "status": a["status"],
+                "simulated": a["simulated"],
+                "runner": a["runner"],
+                "resume": a["resume"],
+                "constraints": a["constraints"],
+                "objective": a["objective"],
+                "max_load_meeting_slo": a["max_load_meeting_slo"],
+                "predicted": a["predicted"],
+                "best": pt(a["best"]),
+                "pareto": {
+                    "x": a["pareto"]["x"],
+                    "y": a["pareto"]["y"],
+                    "points": [pt(p) for p in a["pareto"]["points"]],
+                    "knee": pt(a["pareto"]["knee"]),
+                },
+                "trials": [t.model_dump(mode="json") for t in a["trials"]],
+                "points": [pt(p) for p in a["points"]],
+                "workers": a["workers"],
+            }
+        )
         return 0
     _print_text(a)
     return 0
@@ -192,7 +233,11 @@ def worker_lines(workers: list[dict[str, Any]]) -> list[str]:
         if w.get("trial_id") is not None:
             what = f"{w['state']} trial {w['trial_id']}" + (f", point {w['inflight']} in flight" if w.get("inflight") else "")
         age = w.get("heartbeat_age_s")
-        beat = f"heartbeat {age:.0f} s ago" if age is not None and w.get("trial_id") is not None else (f"last seen {age:.0f} s ago" if age is not None else "")
+        beat = (
+            f"heartbeat {age:.0f} s ago"
+            if age is not None and w.get("trial_id") is not None
+            else (f"last seen {age:.0f} s ago" if age is not None else "")
+        )
         out.append(f"  {w['host']} pid {w['pid']}: {what}; {beat}; {w['configurations_done']} configurations done")
     return out
 
@@ -217,14 +262,30 @@ def _print_text(a: dict[str, Any]) -> None:
     cargs = sorted({k for p in points for k in p.client_args if k in ("max_concurrency", "request_rate")})
     pred = a.get("predicted") or {}
     hosts = a.get("point_hosts") or {}
-    header = ["trial"] + sargs + cargs + ["status", "out tok/s", "req/s", "TTFT ms", "p99 E2E s", "SLO"] + (["pred tok/s", "pred p99 s"] if pred else []) + (["host"] if hosts else [])
+    header = (
+        ["trial"]
+        + sargs
+        + cargs
+        + ["status", "out tok/s", "req/s", "TTFT ms", "p99 E2E s", "SLO"]
+        + (["pred tok/s", "pred p99 s"] if pred else [])
+        + (["host"] if hosts else [])
+    )
     rows = []
     for p in points:
         s = p.summary
         e2e = s.get("p99_e2el_ms")
         row = (
-            [str(p.trial_id)] + [_fmt(p.server_args.get(k)) for k in sargs] + [_fmt(p.client_args.get(k)) for k in cargs]
-            + [p.status if p.status == "ok" else f"FAILED ({(p.reason or '').split(':', 1)[0]})", _fmt(s.get("output_throughput")), _fmt(s.get("request_throughput"), 2), _fmt(s.get("mean_ttft_ms"), 0), _fmt(e2e / 1000 if isinstance(e2e, (int, float)) else None), "ok" if p.meets_slo else ("-" if p.meets_slo is None else "miss")]
+            [str(p.trial_id)]
+            + [_fmt(p.server_args.get(k)) for k in sargs]
+            + [_fmt(p.client_args.get(k)) for k in cargs]
+            + [
+                p.status if p.status == "ok" else f"FAILED ({(p.reason or '').split(':', 1)[0]})",
+                _fmt(s.get("output_throughput")),
+                _fmt(s.get("request_throughput"), 2),
+                _fmt(s.get("mean_ttft_ms"), 0),
+                _fmt(e2e / 1000 if isinstance(e2e, (int, float)) else None),
+                "ok" if p.meets_slo else ("-" if p.meets_slo is None else "miss"),
+            ]
         )
         if pred:
             pp = pred.get(p.point_id) or {}
@@ -240,7 +301,9 @@ def _print_text(a: dict[str, Any]) -> None:
         print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
     b = a["best"]
     if b is not None:
-        print(f"best ({a['objective']} under the constraints): trial {b.trial_id} {b.server_args} at {b.client_args.get('max_concurrency', b.client_args.get('request_rate', ''))}: {_fmt(b.summary.get('output_throughput'))} tok/s, p99 E2E {_fmt((b.summary.get('p99_e2el_ms') or float('nan')) / 1000)} s")
+        print(
+            f"best ({a['objective']} under the constraints): trial {b.trial_id} {b.server_args} at {b.client_args.get('max_concurrency', b.client_args.get('request_rate', ''))}: {_fmt(b.summary.get('output_throughput'))} tok/s, p99 E2E {_fmt((b.summary.get('p99_e2el_ms') or float('nan')) / 1000)} s"
+        )
         if b.simulated or (b.cmd or "").startswith("sim "):
             from core.results.analysis import vllm_command
 
@@ -253,7 +316,9 @@ def _print_text(a: dict[str, Any]) -> None:
     print(f"Pareto frontier ({par['x']} vs {par['y']}): {len(par['points'])} points")
     for p in par["points"]:
         mark = "  <- knee" if par["knee"] is not None and p.point_id == par["knee"].point_id else ""
-        print(f"  trial {p.trial_id} {p.server_args} {p.client_args.get('max_concurrency', '')}: {par['x']}={_fmt(_v(p, par['x']))} {par['y']}={_fmt(_v(p, par['y']))}{mark}")
+        print(
+            f"  trial {p.trial_id} {p.server_args} {p.client_args.get('max_concurrency', '')}: {par['x']}={_fmt(_v(p, par['x']))} {par['y']}={_fmt(_v(p, par['y']))}{mark}"
+        )
     if a["max_load_meeting_slo"] and a["constraints"]:
         by_trial = {t.trial_id: t for t in a["trials"]}
         print("highest load meeting the constraints, per configuration:")

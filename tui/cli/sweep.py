@@ -33,7 +33,12 @@ def register(sub) -> None:
     p.add_argument("--sweep-file", "-f", help="TOML sweep file (knee's own format); flags override its keys")
     p.add_argument("--model", help="HF model id or local path")
     p.add_argument("--framework", choices=["vllm", "sglang"], help="server framework (llm-optimizer's flag)")
-    p.add_argument("--engine", choices=["auto", "vllm", "sglang", "custom", "external", "sim"], default=None, help="auto (default): the framework on a GPU box, the simulator without GPUs")
+    p.add_argument(
+        "--engine",
+        choices=["auto", "vllm", "sglang", "custom", "external", "sim"],
+        default=None,
+        help="auto (default): the framework on a GPU box, the simulator without GPUs",
+    )
     p.add_argument("--server-cmd", help="custom launch command template ({model} {host} {port} {api_key})")
     p.add_argument("--python", help="run vLLM as PYTHON -m vllm.entrypoints.openai.api_server")
     p.add_argument("--executable", help="the vllm executable (default: vllm)")
@@ -49,24 +54,61 @@ def register(sub) -> None:
     p.add_argument("--gpus", help="GPUs the sweep may use: a count or a list like 0,1,2,3 (pinned per trial with CUDA_VISIBLE_DEVICES)")
     p.add_argument("--input-len", type=int, help="prompt tokens when the client args do not say (default 1024)")
     p.add_argument("--output-len", type=int, help="output tokens when the client args do not say (default 512)")
-    p.add_argument("--strategy", choices=["grid", "adaptive", "sla"], help="grid (default), adaptive (estimator-guided), sla (highest load meeting the SLOs)")
-    p.add_argument("--objective", choices=["throughput", "throughput_per_gpu", "goodput", "latency", "cost"], help="what 'best' means (default throughput)")
+    p.add_argument(
+        "--strategy", choices=["grid", "adaptive", "sla"], help="grid (default), adaptive (estimator-guided), sla (highest load meeting the SLOs)"
+    )
+    p.add_argument(
+        "--objective", choices=["throughput", "throughput_per_gpu", "goodput", "latency", "cost"], help="what 'best' means (default throughput)"
+    )
     p.add_argument("--sla-knob", choices=["max_concurrency", "request_rate"], help="the load knob SLA search moves")
-    p.add_argument("--early-stop", action="store_true", default=None, help="end a load point once throughput and latency have converged (real engines)")
-    p.add_argument("--parallel", action="store_true", default=None, help="grid: run server configurations side by side on disjoint GPUs (each pinned with CUDA_VISIBLE_DEVICES)")
+    p.add_argument(
+        "--early-stop", action="store_true", default=None, help="end a load point once throughput and latency have converged (real engines)"
+    )
+    p.add_argument(
+        "--parallel",
+        action="store_true",
+        default=None,
+        help="grid: run server configurations side by side on disjoint GPUs (each pinned with CUDA_VISIBLE_DEVICES)",
+    )
     p.add_argument("--study", help="study name (default: model-date-time)")
-    p.add_argument("--join", action="store_true",
-                   help="one of several workers (one per GPU box) on --study in a shared --storage: the first creates the study from its "
-                        "arguments, later ones join it (their arguments must match); each claims one server configuration at a time")
-    p.add_argument("--allow-mixed-hardware", action="store_true",
-                   help="with --join: join a study whose GPU type or count differs from this box's (each point records its host and hardware)")
+    p.add_argument(
+        "--join",
+        action="store_true",
+        help="one of several workers (one per GPU box) on --study in a shared --storage: the first creates the study from its "
+        "arguments, later ones join it (their arguments must match); each claims one server configuration at a time",
+    )
+    p.add_argument(
+        "--allow-mixed-hardware",
+        action="store_true",
+        help="with --join: join a study whose GPU type or count differs from this box's (each point records its host and hardware)",
+    )
     control = p.add_mutually_exclusive_group()
-    control.add_argument("--resume", "--continue", "-c", nargs="?", const=True, default=False, metavar="STUDY",
-                         help="continue a study (default --study, else the latest): a paused sweep goes on; an interrupted one runs only the load points not stored yet")
-    control.add_argument("--pause", nargs="?", const=True, default=False, metavar="STUDY",
-                         help="pause a running sweep after the load point in flight (its server stays up); --continue goes on")
-    control.add_argument("--stop", nargs="?", const=True, default=False, metavar="STUDY",
-                         help="stop a running sweep now (the point in flight is dropped; --resume runs what is missing)")
+    control.add_argument(
+        "--resume",
+        "--continue",
+        "-c",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="STUDY",
+        help="continue a study (default --study, else the latest): a paused sweep goes on; an interrupted one runs only the load points not stored yet",
+    )
+    control.add_argument(
+        "--pause",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="STUDY",
+        help="pause a running sweep after the load point in flight (its server stays up); --continue goes on",
+    )
+    control.add_argument(
+        "--stop",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="STUDY",
+        help="stop a running sweep now (the point in flight is dropped; --resume runs what is missing)",
+    )
     p.add_argument("--workspace", help="directory of the study store and logs (default .knee, or $KNEE_WORKSPACE)")
     p.add_argument("--storage", help="study store: a SQLite path or any SQLAlchemy URL (e.g. postgresql://...)")
     p.add_argument("--output-json", help="llm-optimizer output: appends each run to PATH.jsonl and writes the aggregated PATH at the end")
@@ -122,7 +164,10 @@ def run(args) -> int:
             if requested == "pause":
                 # A paused runner is still alive: --continue lets it go on; no second runner.
                 store.request_state(name, "run")
-                print(f"knee: continuing {name!r} (pid {row['runner_pid']} on {row.get('runner_host')}); follow it with knee attach --study {name}", file=sys.stderr)
+                print(
+                    f"knee: continuing {name!r} (pid {row['runner_pid']} on {row.get('runner_host')}); follow it with knee attach --study {name}",
+                    file=sys.stderr,
+                )
                 if args.json:
                     json.dump({"study": name, "requested": "run"}, sys.stdout)
                     sys.stdout.write("\n")
@@ -160,7 +205,12 @@ def run(args) -> int:
         name = create_study(store, spec, args.study)
     if args.detach:
         pid = start_detached(storage, name, workspace=args.workspace)
-        print(f"knee: sweep {name!r} runs as pid {pid}; follow it with: knee attach --study {name}" + (f" --storage {args.storage}" if args.storage else "") + (f" --workspace {args.workspace}" if args.workspace else ""), file=sys.stderr)
+        print(
+            f"knee: sweep {name!r} runs as pid {pid}; follow it with: knee attach --study {name}"
+            + (f" --storage {args.storage}" if args.storage else "")
+            + (f" --workspace {args.workspace}" if args.workspace else ""),
+            file=sys.stderr,
+        )
         if args.json:
             json.dump({"study": name, "pid": pid, "storage": storage}, sys.stdout)
             sys.stdout.write("\n")
@@ -197,10 +247,20 @@ def run(args) -> int:
     if args.json:
         from core.sweep.runner import _summary_dict
 
-        json.dump({"study": name, "storage": storage, "interrupted": summary.interrupted, **_summary_dict(summary), "sla": summary.sla}, sys.stdout, indent=2, default=str)
+        json.dump(
+            {"study": name, "storage": storage, "interrupted": summary.interrupted, **_summary_dict(summary), "sla": summary.sla},
+            sys.stdout,
+            indent=2,
+            default=str,
+        )
         sys.stdout.write("\n")
     else:
-        print(f"knee: results: knee results --study {name}" + (f" --workspace {args.workspace}" if args.workspace else "") + (f" --storage {args.storage}" if args.storage else ""), file=sys.stderr)
+        print(
+            f"knee: results: knee results --study {name}"
+            + (f" --workspace {args.workspace}" if args.workspace else "")
+            + (f" --storage {args.storage}" if args.storage else ""),
+            file=sys.stderr,
+        )
     if summary.interrupted:
         print(f"knee: resume with: knee sweep --resume --study {name}", file=sys.stderr)
         return 130

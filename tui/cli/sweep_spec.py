@@ -69,7 +69,9 @@ def build_spec_from_args(args):
             kind = framework
         elif framework or args.python or args.executable:
             kind = "sim"
-            notices.append(f"no GPU found: running {framework or 'vllm'} on the simulator (every number is simulated; --engine {framework or 'vllm'} forces a real server)")
+            notices.append(
+                f"no GPU found: running {framework or 'vllm'} on the simulator (every number is simulated; --engine {framework or 'vllm'} forces a real server)"
+            )
         else:
             kind = "sim"
     instance = args.instance or file_kw.pop("instance", None)
@@ -84,8 +86,20 @@ def build_spec_from_args(args):
     eng_kw = {k: v for k, v in engine_tbl.items() if k != "kind"}
     unknown = sorted(set(eng_kw) - set(EngineSpec.model_fields))
     if unknown:  # pydantic would drop a misspelt key without a word
-        raise BadInput(f"unknown key {unknown[0]!r} in the sweep file's [engine] table", "known: " + ", ".join(sorted(set(EngineSpec.model_fields) - {"kind"})))
-    for flag, key in (("server_cmd", "command"), ("python", "python"), ("executable", "executable"), ("container", "container"), ("url", "url"), ("port", "port"), ("ready_endpoint", "ready_endpoint"), ("start_timeout", "start_timeout_s"), ("request_timeout", "request_timeout_s")):
+        raise BadInput(
+            f"unknown key {unknown[0]!r} in the sweep file's [engine] table", "known: " + ", ".join(sorted(set(EngineSpec.model_fields) - {"kind"}))
+        )
+    for flag, key in (
+        ("server_cmd", "command"),
+        ("python", "python"),
+        ("executable", "executable"),
+        ("container", "container"),
+        ("url", "url"),
+        ("port", "port"),
+        ("ready_endpoint", "ready_endpoint"),
+        ("start_timeout", "start_timeout_s"),
+        ("request_timeout", "request_timeout_s"),
+    ):
         v = getattr(args, flag)
         if v is not None:
             eng_kw[key] = v
@@ -104,7 +118,16 @@ def build_spec_from_args(args):
     for key in ("input_len", "output_len", "strategy", "objective", "warmup", "seed", "rest_s", "max_error_fraction", "early_stop", "parallel"):
         if key in file_kw:
             kw[key] = file_kw[key]
-    for flag, key in (("input_len", "input_len"), ("output_len", "output_len"), ("strategy", "strategy"), ("objective", "objective"), ("rest", "rest_s"), ("sla_knob", "sla_knob"), ("early_stop", "early_stop"), ("parallel", "parallel")):
+    for flag, key in (
+        ("input_len", "input_len"),
+        ("output_len", "output_len"),
+        ("strategy", "strategy"),
+        ("objective", "objective"),
+        ("rest", "rest_s"),
+        ("sla_knob", "sla_knob"),
+        ("early_stop", "early_stop"),
+        ("parallel", "parallel"),
+    ):
         v = getattr(args, flag)
         if v is not None:
             kw[key] = v
@@ -146,11 +169,20 @@ def build_spec_from_args(args):
 
 # Field → what the user typed (a flag, or the sweep file's key) for one-line errors.
 _ENGINE_NAMES = {
-    "start_timeout_s": "--start-timeout (start_timeout_s)", "request_timeout_s": "--request-timeout (request_timeout_s)",
-    "port": "--port", "host": "--host", "ready_endpoint": "--ready-endpoint", "kind": "--engine (kind)",
+    "start_timeout_s": "--start-timeout (start_timeout_s)",
+    "request_timeout_s": "--request-timeout (request_timeout_s)",
+    "port": "--port",
+    "host": "--host",
+    "ready_endpoint": "--ready-endpoint",
+    "kind": "--engine (kind)",
 }
 _SPEC_NAMES = {
-    "input_len": "--input-len (input_len)", "output_len": "--output-len (output_len)", "rest_s": "--rest (rest_s)",
-    "sla_min": "[sla] min", "sla_max": "[sla] max", "sla_tolerance": "[sla] tolerance", "sla_knob": "--sla-knob ([sla] knob)",
+    "input_len": "--input-len (input_len)",
+    "output_len": "--output-len (output_len)",
+    "rest_s": "--rest (rest_s)",
+    "sla_min": "[sla] min",
+    "sla_max": "[sla] max",
+    "sla_tolerance": "[sla] tolerance",
+    "sla_knob": "--sla-knob ([sla] knob)",
     "num_gpus": "--num-gpus (num_gpus)",
 }

@@ -34,7 +34,7 @@ def control(args, storage: str) -> int:
     where = (f" --storage {args.storage}" if args.storage else "") + (f" --workspace {args.workspace}" if args.workspace else "")
     if flag == "--pause":
         asked = ctl.pause(name)
-        msg = (f"pausing {name!r} after the load point in flight (its server stays up)" if asked else f"{name!r} is already paused or pausing")
+        msg = f"pausing {name!r} after the load point in flight (its server stays up)" if asked else f"{name!r} is already paused or pausing"
         msg += f"; go on with: knee sweep --continue --study {name}{where}"
     else:
         ctl.check_runner(name, "stop")
@@ -55,7 +55,12 @@ def join(args, storage: str) -> int:
 
     if not args.study:
         raise BadInput("--join needs --study NAME: the study every worker shares")
-    for flag, on in (("--resume/--continue", args.resume), ("--detach", args.detach), ("--dry-run", args.dry_run), ("--output-json", args.output_json)):
+    for flag, on in (
+        ("--resume/--continue", args.resume),
+        ("--detach", args.detach),
+        ("--dry-run", args.dry_run),
+        ("--output-json", args.output_json),
+    ):
         if on:
             raise BadInput(f"--join and {flag} do not mix", "a worker runs in its own terminal; export the study with knee results --export")
     spec, notices = build_spec_from_args(args)
@@ -68,6 +73,11 @@ def join(args, storage: str) -> int:
     printer = ProgressPrinter(store=store, study=name)
     summary = JoinedRunner(store, name, spec=spec, on_event=None if args.quiet else printer.handle, workspace=args.workspace).run()
     if args.json:
-        json.dump({"study": name, "storage": storage, "created": created, "interrupted": summary.interrupted, **_summary_dict(summary)}, sys.stdout, indent=2, default=str)
+        json.dump(
+            {"study": name, "storage": storage, "created": created, "interrupted": summary.interrupted, **_summary_dict(summary)},
+            sys.stdout,
+            indent=2,
+            default=str,
+        )
         sys.stdout.write("\n")
     return 130 if summary.interrupted else 0

@@ -71,17 +71,19 @@ def _prediction_rows(report: EstimateReport, plan: Plan) -> list[PredictionRow]:
         for p in preds:
             if p.concurrency in seen:
                 continue
-            rows.append(PredictionRow(
-                config="" if seen else ce.label,
-                concurrency=int(p.concurrency or 0),
-                ttft_ms=p.ttft_ms.p99,
-                itl_ms=p.itl_ms.p99,
-                e2e_ms=p.e2e_s.p99 * 1000.0,
-                request_throughput=p.req_per_s,
-                output_throughput=p.output_tok_per_s,
-                meets_slo=slo.holds(p.metrics()) if slo.constraints else None,
-                is_knee=p.concurrency == knee_c,
-            ))
+            rows.append(
+                PredictionRow(
+                    config="" if seen else ce.label,
+                    concurrency=int(p.concurrency or 0),
+                    ttft_ms=p.ttft_ms.p99,
+                    itl_ms=p.itl_ms.p99,
+                    e2e_ms=p.e2e_s.p99 * 1000.0,
+                    request_throughput=p.req_per_s,
+                    output_throughput=p.output_tok_per_s,
+                    meets_slo=slo.holds(p.metrics()) if slo.constraints else None,
+                    is_knee=p.concurrency == knee_c,
+                )
+            )
             seen.add(p.concurrency)
     return rows
 

@@ -63,10 +63,21 @@ SELECTED = "bold $block-cursor-foreground on $block-cursor-background"
 SLO_DASH, SLO_VDASH = "╌", "╎"
 
 _BOX = {  # the directions a line cell joins -> its character
-    frozenset("lr"): "─", frozenset("ud"): "│", frozenset("dr"): "┌", frozenset("dl"): "┐",
-    frozenset("ur"): "└", frozenset("ul"): "┘", frozenset("udr"): "├", frozenset("udl"): "┤",
-    frozenset("dlr"): "┬", frozenset("ulr"): "┴", frozenset("udlr"): "┼",
-    frozenset("l"): "─", frozenset("r"): "─", frozenset("u"): "│", frozenset("d"): "│",
+    frozenset("lr"): "─",
+    frozenset("ud"): "│",
+    frozenset("dr"): "┌",
+    frozenset("dl"): "┐",
+    frozenset("ur"): "└",
+    frozenset("ul"): "┘",
+    frozenset("udr"): "├",
+    frozenset("udl"): "┤",
+    frozenset("dlr"): "┬",
+    frozenset("ulr"): "┴",
+    frozenset("udlr"): "┼",
+    frozenset("l"): "─",
+    frozenset("r"): "─",
+    frozenset("u"): "│",
+    frozenset("d"): "│",
 }
 LINE_CHARS = frozenset(_BOX.values())
 
@@ -192,8 +203,7 @@ def draw_chart(view: ParetoView, selected: str | None, width: int, height: int, 
     while True:  # as many x ticks as fit with their labels apart
         xticks, xd = nice_ticks(x0, x1, xmost)
         xlabels = [_tick_label(t, xd) for t in xticks]
-        if xmost == 2 or all(cw * (b - a) / (x1 - x0) >= max(len(s) for s in xlabels) + 3
-                             for a, b in pairwise(xticks)):
+        if xmost == 2 or all(cw * (b - a) / (x1 - x0) >= max(len(s) for s in xlabels) + 3 for a, b in pairwise(xticks)):
             break
         xmost -= 1
 
@@ -302,8 +312,7 @@ def draw_chart(view: ParetoView, selected: str | None, width: int, height: int, 
         ink = pal(SELECTED)
         kind = view.marker(sel.key)
         glyph = (view.class_glyph(sel.key) if kind in ("measured", "frontier") else None) or MARKERS[kind][0]
-        plt.text(glyph, ax.shown(sel.x), ay.shown(sel.y),
-                 color=ink.fg, background=ink.bg, style=ink.style, alignment="left")
+        plt.text(glyph, ax.shown(sel.x), ay.shown(sel.y), color=ink.fg, background=ink.bg, style=ink.style, alignment="left")
 
     ansi = plt.build().removesuffix("\n")  # plotext ends its last row with a newline
     return Chart(ansi, (left, top, cw, ch), (x0, x1), (y0, y1), ax, ay, xlabels, ylabels)

@@ -201,8 +201,7 @@ def _bound(slo: SLO, key: str) -> float | None:
     return None
 
 
-def predictions(points: list[PointRow], model: str, instance: str | None, gpu: str | None,
-                num_gpus: int | None, spec=None) -> dict[str, PointRow]:
+def predictions(points: list[PointRow], model: str, instance: str | None, gpu: str | None, num_gpus: int | None, spec=None) -> dict[str, PointRow]:
     """What the estimator predicted for each measured point, shaped as a PointRow so the
     same metric functions read it. Empty where the model or hardware is unknown."""
     from core.catalog import load_model, resolve_hardware
@@ -230,9 +229,16 @@ def predictions(points: list[PointRow], model: str, instance: str | None, gpu: s
     return out
 
 
-def build(points: list[PointRow], x: str, y: str, slo: SLO, predicted: dict[str, PointRow] | None = None,
-          objective: str = "throughput", price_per_gpu_hour: float | None = None,
-          host_classes: dict[str, str] | None = None) -> ParetoView:
+def build(
+    points: list[PointRow],
+    x: str,
+    y: str,
+    slo: SLO,
+    predicted: dict[str, PointRow] | None = None,
+    objective: str = "throughput",
+    price_per_gpu_hour: float | None = None,
+    host_classes: dict[str, str] | None = None,
+) -> ParetoView:
     ok = [p for p in points if p.status == "ok"]
     own = [p for p in ok if p.source == "knee"]
     imported = [p for p in ok if p.source != "knee"]

@@ -40,9 +40,15 @@ def request_for(plan: Plan, goal: str = "cost", target_rps: float | None = None)
     FP8 variants are considered only when the plan already asks for FP8 weights or KV cache:
     quantizing is the user's call, not a ranking's."""
     fp8 = (plan.precision or "").lower().startswith("fp8") or plan.kv_cache_dtype.lower().startswith("fp8")
-    return RecommendRequest(model=plan.model, input_len=plan.input_len, output_len=plan.output_len,
-                            constraints=plan.constraints, goal=goal,  # type: ignore[arg-type]
-                            target_rps=target_rps, allow_quantization=fp8)
+    return RecommendRequest(
+        model=plan.model,
+        input_len=plan.input_len,
+        output_len=plan.output_len,
+        constraints=plan.constraints,
+        goal=goal,  # type: ignore[arg-type]
+        target_rps=target_rps,
+        allow_quantization=fp8,
+    )
 
 
 def plan_with(plan: Plan, c: Candidate, quantization_considered: bool = False) -> Plan:
@@ -119,14 +125,21 @@ def rows(rec: Recommendation, all_layouts: bool = False, frontier: frozenset[str
     out = []
     for i, c in enumerate(rec.ranked if all_layouts else rec.best_per_instance, 1):
         cost = c.usd_per_hour_total
-        out.append(Row(
-            key=key_of(c), rank=i, instance=short_instance(c.instance), layout=layout_label(c),
-            count="" if c.instances_needed is None else str(c.instances_needed),
-            usd_per_hour="–" if cost is None else f"{cost:,.2f}",
-            usd_per_1m="–" if c.usd_per_1m_output_tokens is None else f"{c.usd_per_1m_output_tokens:.3f}",
-            capacity=f"{_num(c.capacity_rps)} ({_num(c.capacity_rps_low)}–{_num(c.capacity_rps_high)})",
-            bottleneck=short_bottleneck(c), frontier=key_of(c) in frontier, candidate=c,
-        ))
+        out.append(
+            Row(
+                key=key_of(c),
+                rank=i,
+                instance=short_instance(c.instance),
+                layout=layout_label(c),
+                count="" if c.instances_needed is None else str(c.instances_needed),
+                usd_per_hour="–" if cost is None else f"{cost:,.2f}",
+                usd_per_1m="–" if c.usd_per_1m_output_tokens is None else f"{c.usd_per_1m_output_tokens:.3f}",
+                capacity=f"{_num(c.capacity_rps)} ({_num(c.capacity_rps_low)}–{_num(c.capacity_rps_high)})",
+                bottleneck=short_bottleneck(c),
+                frontier=key_of(c) in frontier,
+                candidate=c,
+            )
+        )
     return out
 
 
@@ -185,30 +198,39 @@ def frontier(points: list[Point] | tuple[Point, ...]) -> tuple[Point, ...]:
 
 
 def chart_data(rec: Recommendation) -> ChartData:
-    pts = [Point(key_of(c), c.capacity_rps, c.usd_per_1m_output_tokens, f"{c.instance} {layout_label(c)}")
-           for c in rec.ranked if c.usd_per_1m_output_tokens is not None and c.capacity_rps > 0]
-    return ChartData(tuple(pts), frontier(pts), rec.request.target_rps,
-                     sum(1 for c in rec.ranked if c.usd_per_1m_output_tokens is None))
+    pts = [
+        Point(key_of(c), c.capacity_rps, c.usd_per_1m_output_tokens, f"{c.instance} {layout_label(c)}")
+        for c in rec.ranked
+        if c.usd_per_1m_output_tokens is not None and c.capacity_rps > 0
+    ]
+    return ChartData(tuple(pts), frontier(pts), rec.request.target_rps, sum(1 for c in rec.ranked if c.usd_per_1m_output_tokens is None))
 
 
 def summary(rec: Recommendation) -> str:
     """One line (it fits 80 columns for the demo plan): what was asked, and how much of the
     catalog answered. The target rate is in its own field beside it."""
     q = rec.request
-    return (f"{q.model} · {q.input_len:g}/{q.output_len:g} tok · {q.constraints or 'no SLOs'} · "
-            f"{len(rec.best_per_instance)} types ({len(rec.ranked)} layouts)")
+    return (
+        f"{q.model} · {q.input_len:g}/{q.output_len:g} tok · {q.constraints or 'no SLOs'} · "
+        f"{len(rec.best_per_instance)} types ({len(rec.ranked)} layouts)"
+    )
 
 
 def detail(c: Candidate, target_rps: float | None) -> str:
     """The highlighted row in full, most needed first (at 80x24 only two lines show)."""
     one = f"${c.usd_per_hour:,.2f}/h each" if c.usd_per_hour is not None else "price unknown"
-    sized = (f"{c.instances_needed}× for {target_rps:g} req/s at {_num(c.capacity_rps_low)} each"
-             if c.instances_needed is not None and target_rps else f"{_num(c.capacity_rps)} req/s each")
+    sized = (
+        f"{c.instances_needed}× for {target_rps:g} req/s at {_num(c.capacity_rps_low)} each"
+        if c.instances_needed is not None and target_rps
+        else f"{_num(c.capacity_rps)} req/s each"
+    )
     knobs = " ".join(f"{k}={v}" for k, v in c.knobs.items())
     price = f"price {c.price_note} · " if c.price_note else ""
-    return (f"{c.instance} · {c.num_gpus}× {c.gpu} · {one} · {sized}\n"
-            f"{c.bottleneck} · c={c.concurrency} at the knee: TTFT {c.ttft_ms:,.0f} ms, E2E {c.e2e_s:.1f} s\n"
-            f"{price}vLLM: {knobs}")
+    return (
+        f"{c.instance} · {c.num_gpus}× {c.gpu} · {one} · {sized}\n"
+        f"{c.bottleneck} · c={c.concurrency} at the knee: TTFT {c.ttft_ms:,.0f} ms, E2E {c.e2e_s:.1f} s\n"
+        f"{price}vLLM: {knobs}"
+    )
 
 
 def excluded_lines(rec: Recommendation) -> list[str]:

@@ -26,8 +26,9 @@ def deploy_ops():
     return ops()
 
 
-def measure_options(n_text: str, role: str, region: str, *, storage: str, poll_interval_s: float | None = None,
-                    overrides: dict[str, Any] | None = None) -> tuple[MeasureOptions | None, str | None]:
+def measure_options(
+    n_text: str, role: str, region: str, *, storage: str, poll_interval_s: float | None = None, overrides: dict[str, Any] | None = None
+) -> tuple[MeasureOptions | None, str | None]:
     """The dialog's answers as MeasureOptions, checked by core (role ARN, region, N), or the
     one-line reason they cannot be: (options, None) or (None, why)."""
     text = n_text.strip() or str(DEFAULT_N)
@@ -55,13 +56,15 @@ def measure_options(n_text: str, role: str, region: str, *, storage: str, poll_i
 def confirm_text(finals: list[Finalist], cost: CostEstimate, region: str) -> str:
     """The one confirmation: what is created, for how long, at what estimated cost (the
     estimate is core's, as the CLI shows it)."""
-    lines = [f"{len(finals)} endpoint(s) in {region}, one instance each, side by side; each is "
-             "benchmarked, then deleted. Escape while it runs tears them all down.", ""]
+    lines = [
+        f"{len(finals)} endpoint(s) in {region}, one instance each, side by side; each is "
+        "benchmarked, then deleted. Escape while it runs tears them all down.",
+        "",
+    ]
     for f in finals:
         c = f.cand
         price = f"${c.usd_per_hour:.2f}/h" if c.usd_per_hour is not None else "no price"
-        lines.append(f"{short_instance(c.instance)} {layout_label(c)}: {price}, "
-                     f"about {cost.minutes[f.plan.endpoint_name]:.0f} min")
+        lines.append(f"{short_instance(c.instance)} {layout_label(c)}: {price}, about {cost.minutes[f.plan.endpoint_name]:.0f} min")
     if region != DEFAULT_REGION:
         lines.append("prices are the catalog's us-east-1 ones")
     lines += ["", cost.text()]
@@ -69,8 +72,14 @@ def confirm_text(finals: list[Finalist], cost: CostEstimate, region: str) -> str
 
 
 # Progress lines core.recommend.measure says, by their first word, and the stage each means.
-STAGES = (("deploying ", "deploying"), ("ready: ", "ready"), ("benchmarking ", "benchmarking"),
-          ("deleting ", "deleting"), ("deleted ", "deleted"), ("could not delete ", "NOT deleted"))
+STAGES = (
+    ("deploying ", "deploying"),
+    ("ready: ", "ready"),
+    ("benchmarking ", "benchmarking"),
+    ("deleting ", "deleting"),
+    ("deleted ", "deleted"),
+    ("could not delete ", "NOT deleted"),
+)
 
 
 @dataclass
@@ -93,7 +102,7 @@ class Progress:
         """Move a finalist along when ``line`` says so (other lines only go to the log)."""
         for prefix, stage in STAGES:
             if line.startswith(prefix):
-                name = line[len(prefix):].split(" ", 1)[0]
+                name = line[len(prefix) :].split(" ", 1)[0]
                 if name in self.stages:
                     self.stages[name] = stage
                 return
@@ -110,16 +119,25 @@ def measured_rows(res: MeasureResult) -> list[Row]:
         c = r.cand
         measured = "–" if r.request_rps is None else _num(r.request_rps)
         note = r.note or (f"met SLOs to c={r.max_concurrency}" if r.max_concurrency else "")
-        out.append(Row(
-            key=key_of(c), rank=i, instance=short_instance(c.instance), layout=layout_label(c),
-            count="" if r.instances_needed is None else str(r.instances_needed),
-            usd_per_hour="–" if r.usd_per_hour_total is None else f"{r.usd_per_hour_total:,.2f}",
-            usd_per_1m="–" if r.usd_per_1m_output_tokens is None else f"{r.usd_per_1m_output_tokens:.3f}",
-            capacity=f"{measured} meas ({_num(c.capacity_rps)} pred)", bottleneck=note, frontier=False, candidate=c,
-        ))
+        out.append(
+            Row(
+                key=key_of(c),
+                rank=i,
+                instance=short_instance(c.instance),
+                layout=layout_label(c),
+                count="" if r.instances_needed is None else str(r.instances_needed),
+                usd_per_hour="–" if r.usd_per_hour_total is None else f"{r.usd_per_hour_total:,.2f}",
+                usd_per_1m="–" if r.usd_per_1m_output_tokens is None else f"{r.usd_per_1m_output_tokens:.3f}",
+                capacity=f"{measured} meas ({_num(c.capacity_rps)} pred)",
+                bottleneck=note,
+                frontier=False,
+                candidate=c,
+            )
+        )
     return out
 
 
 def measured_summary(res: MeasureResult, region: str, goal: str) -> str:
-    return (f"Ranked by MEASURED numbers (SageMaker, {region}; goal {goal}) · study {res.study} · "
-            "any change of goal or target ranks the estimates again")
+    return (
+        f"Ranked by MEASURED numbers (SageMaker, {region}; goal {goal}) · study {res.study} · any change of goal or target ranks the estimates again"
+    )

@@ -18,9 +18,9 @@ class Selection:
 
     @property
     def label(self) -> str:
-        from tui.data.sweep_state import _args, _load
+        from tui.data.sweep_rows import args_text, load_text
 
-        return f"trial {self.point.trial_id} · {_args(self.point.server_args)} · {_load(self.point.client_args)}"
+        return f"trial {self.point.trial_id} · {args_text(self.point.server_args)} · {load_text(self.point.client_args)}"
 
     def deploy_source(self) -> DeploySource:
         """The slice of the point that deploy needs: the server config and the throughput it
@@ -30,9 +30,9 @@ class Selection:
         cfg = server_config(self.model, self.point.server_args)
         s = self.point.summary
         rps, tps = s.get("request_throughput"), s.get("output_throughput")
-        from tui.data.sweep_state import _load
+        from tui.data.sweep_rows import load_text
 
-        note = _load(self.point.client_args) or "default load"
+        note = load_text(self.point.client_args) or "default load"
         if self.point.meets_slo:
             note += ", meets the SLOs"
         return DeploySource(

@@ -38,8 +38,7 @@ def spec_from_plan(plan: Plan) -> SweepSpec:
 
         sug = estimate(plan).suggestion
         if sug is None:
-            raise BadInput("no configuration fits this hardware, so there is nothing to sweep",
-                           "see the Estimate screen for the reason")
+            raise BadInput("no configuration fits this hardware, so there is nothing to sweep", "see the Estimate screen for the reason")
         server_args = server_args or sug.server_args
         client_args = client_args or sug.client_args
     if plan.engine == "sagemaker":

@@ -22,44 +22,12 @@ from core.results.follow import StudyFollower
 from core.results.store import StudyStore
 from core.spec.events import Calibration, PointDone, PointSkipped, Progress, StoredEvent, StudyStarted, TrialDone, TrialFailed, TrialStarted
 from core.spec.study import PointRow, TrialRow
+from tui.data.sweep_rows import RowView, args_text, load_text, point_row, trial_row
 from tui.data.workers import WorkerView, point_host_names, read_workers
 
 SPARK_LEN = 60  # samples of tokens/s kept for the sparkline (15 s at the runner's 4 Hz)
 ROW_EVERY_S = 0.5  # how often the study row (status, runner pid, heartbeat) is re-read
 WORKERS_EVERY_S = 1.0  # how often the leases of joined workers are re-read (ages are in whole seconds)
-
-
-def _args(d: dict[str, Any]) -> str:
-    short = {"tensor_parallel_size": "tp", "data_parallel_size": "dp", "max_num_seqs": "seqs",
-             "max_num_batched_tokens": "mnbt", "gpu_memory_utilization": "gmu", "max_model_len": "mml"}
-    return " ".join(f"{short.get(k, k)}={v}" for k, v in d.items()) or "(defaults)"
-
-
-def _load(client_args: dict[str, Any]) -> str:
-    if "request_rate" in client_args:
-        return f"{client_args['request_rate']:g} req/s"
-    if "max_concurrency" in client_args:
-        return f"c={client_args['max_concurrency']}"
-    return ""
-
-
-@dataclass(frozen=True)
-class RowView:
-    """One line of the trial table: a measured load point, or a trial without one yet."""
-
-    key: str  # point id, or "trial-<id>" before the trial's first point
-    trial_id: int
-    status: str  # pending, running, ok, failed, skipped, interrupted
-    server_args: str
-    load: str
-    ttft_p99: float | None = None  # ms
-    itl_p99: float | None = None  # ms
-    e2e_p99: float | None = None  # ms
-    req_s: float | None = None
-    tok_s: float | None = None
-    slo: bool | None = None
-    reason: str = ""
-    simulated: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,30 +85,6 @@ class SweepSnapshot:
         if self.paused:
             return "paused" if self.requested == "pause" else "continuing"
         return "pausing" if self.requested == "pause" else "running"
-
-
-def point_row(p: PointRow) -> RowView:
-    s = p.summary
-    return RowView(
-        key=p.point_id,
-        trial_id=p.trial_id,
-        status=p.status,
-        server_args=_args(p.server_args),
-        load=_load(p.client_args),
-        ttft_p99=s.get("p99_ttft_ms"),
-        itl_p99=s.get("p99_itl_ms"),
-        e2e_p99=s.get("p99_e2el_ms"),
-        req_s=s.get("request_throughput"),
-        tok_s=s.get("output_throughput"),
-        slo=p.meets_slo if p.status == "ok" else None,
-        reason=(p.reason or ("; ".join(p.violations) if p.violations else "")).split("\n")[0],
-        simulated=p.simulated,
-    )
-
-
-def trial_row(t: TrialRow) -> RowView:
-    return RowView(key=f"trial-{t.trial_id}", trial_id=t.trial_id, status=t.status, server_args=_args(t.server_args),
-                   load="", reason=(t.reason or "").split("\n")[0])
 
 
 class SweepFollower:
@@ -218,8 +162,15 @@ class SweepFollower:
             self._stale = False  # events arriving from now on set it again
             self._reading = self._pool.submit(self._read_stored)
             self._last_full = now
-        if (not events and not merged and prev is not None and prev.status == status and prev.runner_alive == alive
-                and prev.requested == self._requested and prev.workers == self._workers):
+        if (
+            not events
+            and not merged
+            and prev is not None
+            and prev.status == status
+            and prev.runner_alive == alive
+            and prev.requested == self._requested
+            and prev.workers == self._workers
+        ):
             return None
         info = study.get("info", {})
         started = self._started or StudyStarted()
@@ -260,8 +211,7 @@ class SweepFollower:
         after the read started are kept, and so are newer trial lines."""
         rows, trials, counts = stored
         # A read that started before a trial finished still has its "running" line.
-        new = {r.key: r for r in rows
-               if not (r.key.startswith("trial-") and r.trial_id in self._finished and r.status == "running")}
+        new = {r.key: r for r in rows if not (r.key.startswith("trial-") and r.trial_id in self._finished and r.status == "running")}
         for key, row in self._rows.items():
             if key.startswith("trial-"):
                 finished_with_points = counts.get(row.trial_id) and row.status in ("ok", "running") and key not in new
@@ -271,7 +221,7 @@ class SweepFollower:
                 new[key] = row
         self._rows = new
         self._log_paths.update({t.trial_id: t.log_path for t in trials if t.log_path})
-        self._trial_args.update({t.trial_id: _args(t.server_args) for t in trials})
+        self._trial_args.update({t.trial_id: args_text(t.server_args) for t in trials})
         for tid, n in counts.items():
             self._trial_points[tid] = max(n, self._trial_points.get(tid, 0))
 
@@ -292,8 +242,9 @@ class SweepFollower:
 
     def _trial_line(self, tid: int, status: str, reason: str = "") -> None:
         key = f"trial-{tid}"
-        self._rows[key] = RowView(key=key, trial_id=tid, status=status, server_args=self._trial_args.get(tid, ""),
-                                  load="", reason=reason.split("\n")[0])
+        self._rows[key] = RowView(
+            key=key, trial_id=tid, status=status, server_args=self._trial_args.get(tid, ""), load="", reason=reason.split("\n")[0]
+        )
 
     def _apply(self, e: StoredEvent) -> None:
         ev, kind = e.event, e.kind
@@ -318,13 +269,13 @@ class SweepFollower:
                 line += f" {load}"
             self._events.setdefault(tid, deque(maxlen=200)).append(line)
         if isinstance(ev, TrialStarted):
-            self._trial_args[tid] = _args(ev.server_args or {})
+            self._trial_args[tid] = args_text(ev.server_args or {})
             if ev.log_path:
                 self._log_paths[tid] = ev.log_path
             self._trial_line(tid, "running")
         elif isinstance(ev, (TrialFailed, PointSkipped)):
             if ev.server_args is not None:
-                self._trial_args.setdefault(tid, _args(ev.server_args))
+                self._trial_args.setdefault(tid, args_text(ev.server_args))
             self._trial_line(tid, "failed" if isinstance(ev, TrialFailed) else "skipped", str(ev.reason or ""))
             self._stale = True
         elif isinstance(ev, TrialDone):
@@ -348,7 +299,7 @@ class SweepFollower:
             trial_id=tid,
             status=status,
             server_args=self._trial_args.get(tid, ""),
-            load=_load(ev.client_args or {}) or (ev.load or ""),
+            load=load_text(ev.client_args or {}) or (ev.load or ""),
             e2e_p99=ev.p99_e2el_ms,
             req_s=ev.request_throughput,
             tok_s=ev.output_throughput,
@@ -364,8 +315,9 @@ class SweepFollower:
         failed = int(ev.failed or 0)
         # The GPU memory of the point's last progress stays: it is the trial's until the next.
         gpu = self._live.gpu_memory if self._live.trial_id == tid else ""
-        self._live = LiveView(trial_id=tid, load=ev.load or "", completed=done, total=done + failed,
-                              failed=failed, gpu_memory=gpu, tokens_per_s=tuple(self._tok_s))
+        self._live = LiveView(
+            trial_id=tid, load=ev.load or "", completed=done, total=done + failed, failed=failed, gpu_memory=gpu, tokens_per_s=tuple(self._tok_s)
+        )
 
     def _progress(self, tid: int | None, ev: Progress) -> None:
         if ev.output_tokens_per_s is not None:

@@ -42,9 +42,16 @@ def worker_views(workers: Iterable[dict[str, Any]]) -> tuple[WorkerView, ...]:
         if w.get("trial_id") is not None:
             held = f"trial {w['trial_id']}" + (" · point in flight" if w.get("inflight") else "")
         age = w.get("heartbeat_age_s")
-        out.append(WorkerView(key=str(w.get("worker") or ""), name=f"{w.get('host') or '?'}:{w.get('pid') or '?'}",
-                              state=short_state(str(w.get("state") or "")), held=held,
-                              heartbeat_s=int(age) if age is not None else None, done=int(w.get("configurations_done") or 0)))
+        out.append(
+            WorkerView(
+                key=str(w.get("worker") or ""),
+                name=f"{w.get('host') or '?'}:{w.get('pid') or '?'}",
+                state=short_state(str(w.get("state") or "")),
+                held=held,
+                heartbeat_s=int(age) if age is not None else None,
+                done=int(w.get("configurations_done") or 0),
+            )
+        )
     return tuple(out)
 
 
@@ -56,13 +63,12 @@ def read_workers(store, study: str) -> tuple[WorkerView, ...]:
 
 
 def hw_class(gpu_type: str | None, gpu_count: int | None) -> str:
-    """"H100 x8": a GPU type and count, the unit mixed-hardware points are told apart by."""
+    """ "H100 x8": a GPU type and count, the unit mixed-hardware points are told apart by."""
     kind = gpu_type or "unknown GPU"
     return f"{kind} x{gpu_count}" if gpu_count else kind
 
 
-def point_classes(points: Iterable[Any], point_hosts: dict[str, dict[str, Any]],
-                  trial_hosts: Iterable[dict[str, Any]]) -> dict[str, str]:
+def point_classes(points: Iterable[Any], point_hosts: dict[str, dict[str, Any]], trial_hosts: Iterable[dict[str, Any]]) -> dict[str, str]:
     """point_id -> hardware class, from who stored the point (knee_point_hosts) and where that
     worker launched the point's configuration (knee_trial_hosts). A point whose storer is not
     recorded takes its configuration's first launch."""

@@ -61,13 +61,13 @@ class DeployScreen(KneeScreen):
         return self.query_one("#deploy-progress", Log)
 
     def compose_body(self) -> ComposeResult:
-        yield Static("Nothing chosen to deploy yet: pick a point on the Pareto screen ([b]4[/b]) "
-                     "and press [b]d[/b].", id="deploy-empty")
+        yield Static("Nothing chosen to deploy yet: pick a point on the Pareto screen ([b]4[/b]) and press [b]d[/b].", id="deploy-empty")
         with VerticalScroll(id="deploy-body"):
             yield Static("", id="deploy-source")
             yield Label("Target", classes="section")
-            yield FormField("instance", "instance", "", placeholder="ml.g6.12xlarge",
-                            suggester=SuggestFromList(sorted(instances()), case_sensitive=False))
+            yield FormField(
+                "instance", "instance", "", placeholder="ml.g6.12xlarge", suggester=SuggestFromList(sorted(instances()), case_sensitive=False)
+            )
             yield FormField("container", "container", "lmi", choices=CONTAINERS)
             yield FormField("target_rps", "target req/s", "", placeholder="size the instance count for this load")
             yield FormField("role_arn", "role ARN", "", placeholder="arn:aws:iam::<account>:role/<name> (needed to apply)")
@@ -86,7 +86,8 @@ class DeployScreen(KneeScreen):
             return
         self.query_one("#deploy-source", Static).update(
             f"[b]{sel.label}[/b]\n[dim]{sel.model} · measured on {sel.hardware or sel.gpu or '?'}"
-            f"{' · simulated' if sel.point.simulated else ''}[/dim]")
+            f"{' · simulated' if sel.point.simulated else ''}[/dim]"
+        )
         if not self.field("instance").value and sel.instance:
             self.field("instance").value = sel.instance  # rebuilds through Input.Changed
         else:
@@ -134,9 +135,13 @@ class DeployScreen(KneeScreen):
         from pydantic import ValidationError
 
         try:
-            target = DeployTarget(instance=values["instance"], container=values["container"],
-                                  region=values["region"] or "us-east-1", target_rps=rps,
-                                  role_arn=values["role_arn"] or None)
+            target = DeployTarget(
+                instance=values["instance"],
+                container=values["container"],
+                region=values["region"] or "us-east-1",
+                target_rps=rps,
+                role_arn=values["role_arn"] or None,
+            )
             plan = build_plan(sel.deploy_source(), target)
         except KneeError as e:
             self.post_message(DeployPlanned(None, str(e), generation))
@@ -191,9 +196,15 @@ class DeployScreen(KneeScreen):
             if yes:
                 self.teardown(name, region)
 
-        self.app.push_screen(ConfirmDialog(f"Delete {name}?", "Removes the endpoint, its inference components, "
-                                           "endpoint configs and models (only those knee made).", "Delete", danger=True),
-                             answered)
+        self.app.push_screen(
+            ConfirmDialog(
+                f"Delete {name}?",
+                "Removes the endpoint, its inference components, endpoint configs and models (only those knee made).",
+                "Delete",
+                danger=True,
+            ),
+            answered,
+        )
 
     def action_cancel_apply(self) -> None:
         if self._cancel is not None:
@@ -211,8 +222,7 @@ class DeployScreen(KneeScreen):
         self.post_message(DeployProgress("apply", f"deploying {plan.name} to {plan.region}"))
         options = dataclasses.replace(self.knee.deploy_options or ApplyOptions(), cancel=self._cancel)
         try:
-            result = apply_plan(plan, confirmed=True, clients=self.knee.deploy_clients, progress=self._progress,
-                                options=options)
+            result = apply_plan(plan, confirmed=True, clients=self.knee.deploy_clients, progress=self._progress, options=options)
         except KneeError as e:
             self.post_message(DeployProgress("apply", done=True, error=str(e)))
             return
@@ -227,8 +237,9 @@ class DeployScreen(KneeScreen):
 
         self.post_message(DeployProgress("delete", f"deleting {name}"))
         try:
-            result = delete_deployment(name, confirmed=True, region=region, clients=self.knee.deploy_clients,
-                                       progress=self._progress, options=self.knee.deploy_options)
+            result = delete_deployment(
+                name, confirmed=True, region=region, clients=self.knee.deploy_clients, progress=self._progress, options=self.knee.deploy_options
+            )
         except Exception as e:  # as for apply
             self.post_message(DeployProgress("delete", done=True, error=f"{type(e).__name__}: {e}"))
             return
@@ -265,8 +276,7 @@ def confirm_body(plan) -> str:
     lines = [
         f"{plan.source.label}",
         f"{plan.container_title} on {z.instance_count} x {plan.instance.name} in {plan.region}",
-        f"{z.total_copies} model cop{'y' if z.total_copies == 1 else 'ies'} of {z.gpus_per_copy} GPU(s) "
-        f"({z.copies_per_instance} per instance)",
+        f"{z.total_copies} model cop{'y' if z.total_copies == 1 else 'ies'} of {z.gpus_per_copy} GPU(s) ({z.copies_per_instance} per instance)",
         f"cost {money(z.cost_per_hour, '/h')} · {money(z.cost_per_1m_output_tokens, ' per 1M output tokens')}"
         + (" (price uncertain)" if z.price_uncertain else ""),
         "",

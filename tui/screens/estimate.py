@@ -96,8 +96,9 @@ class EstimateScreen(KneeScreen):
         if v.bottleneck:
             limits.insert(0, f"bottleneck: [b]{v.bottleneck}[/b]")
         bound = {p.phase: p.bound for p in v.roofline.points}
-        limits.append(f"prefill is {bound.get('prefill', '?')}-bound, decode is {bound.get('decode', '?')}-bound "
-                      f"(ridge {v.roofline.ridge:.0f} FLOP/byte)")
+        limits.append(
+            f"prefill is {bound.get('prefill', '?')}-bound, decode is {bound.get('decode', '?')}-bound (ridge {v.roofline.ridge:.0f} FLOP/byte)"
+        )
         for r in v.memory:
             if not r.plan.fits and r.plan.reason:
                 limits.append(f"[$text-error]TP{r.tp}: {r.plan.reason}[/]")
@@ -120,10 +121,12 @@ class EstimateScreen(KneeScreen):
     def _suggested_plan(self) -> Plan:
         plan = self.knee.plan
         if self.view and self.view.suggested_server_args and not plan.server_args:
-            return plan.model_copy(update={
-                "server_args": self.view.suggested_server_args,
-                "client_args": plan.client_args or self.view.suggested_client_args,
-            })
+            return plan.model_copy(
+                update={
+                    "server_args": self.view.suggested_server_args,
+                    "client_args": plan.client_args or self.view.suggested_client_args,
+                }
+            )
         return plan
 
     def action_use_suggested(self) -> None:

@@ -40,8 +40,16 @@ class MeasureDialog(ModalScreen[MeasureOptions | None]):
     """
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
 
-    def __init__(self, *, storage: str, poll_interval_s: float | None = None, overrides: dict[str, Any] | None = None,
-                 role: str = "", region: str = DEFAULT_REGION, n: int = DEFAULT_N) -> None:
+    def __init__(
+        self,
+        *,
+        storage: str,
+        poll_interval_s: float | None = None,
+        overrides: dict[str, Any] | None = None,
+        role: str = "",
+        region: str = DEFAULT_REGION,
+        n: int = DEFAULT_N,
+    ) -> None:
         super().__init__()
         self._storage, self._poll, self._overrides = storage, poll_interval_s, overrides
         self._role, self._region, self._n = role, region, n
@@ -49,8 +57,11 @@ class MeasureDialog(ModalScreen[MeasureOptions | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label("Measure the top N on SageMaker", id="title")
-            yield Static("Deploys them as real endpoints (billed), benchmarks each, then deletes them all. "
-                         "The estimated cost is shown before anything is created.", id="why")
+            yield Static(
+                "Deploys them as real endpoints (billed), benchmarks each, then deletes them all. "
+                "The estimated cost is shown before anything is created.",
+                id="why",
+            )
             with Horizontal(classes="row"):
                 yield Label("N")
                 yield Input(str(self._n), compact=True, id="m-n", restrict=r"[0-9]*")
@@ -75,8 +86,9 @@ class MeasureDialog(ModalScreen[MeasureOptions | None]):
     @on(Input.Submitted)
     @on(Button.Pressed, "#next")
     def _next(self) -> None:
-        opts, why = measure_options(self.value("n"), self.value("role"), self.value("region"), storage=self._storage,
-                                    poll_interval_s=self._poll, overrides=self._overrides)
+        opts, why = measure_options(
+            self.value("n"), self.value("role"), self.value("region"), storage=self._storage, poll_interval_s=self._poll, overrides=self._overrides
+        )
         self.query_one("#m-error", Static).update(f"✗ {why}" if why else "")
         if opts is not None:
             self.dismiss(opts)

@@ -35,8 +35,7 @@ from tui.widgets.point_table import PointTable
 METRIC_KEYS = [k for k, _ in METRICS]
 RELOAD_S = 2.0
 # (metric, what follows its value; None: "name value unit")
-DETAIL_METRICS = (("request_throughput", "req/s"), ("output_throughput", "tok/s"), ("p99_ttft_ms", None),
-                  ("p99_itl_ms", None), ("p99_e2el_ms", None))
+DETAIL_METRICS = (("request_throughput", "req/s"), ("output_throughput", "tok/s"), ("p99_ttft_ms", None), ("p99_itl_ms", None), ("p99_e2el_ms", None))
 DIM = "$foreground 60%"
 
 
@@ -74,8 +73,9 @@ class ParetoScreen(KneeScreen):
         return self.query_one("#point-detail", Static)
 
     def compose_body(self) -> ComposeResult:
-        yield Static("No study followed yet: start a sweep on the Sweep screen ([b]3[/b]), "
-                     "or attach to the latest one there ([b]a[/b]).", id="pareto-empty")
+        yield Static(
+            "No study followed yet: start a sweep on the Sweep screen ([b]3[/b]), or attach to the latest one there ([b]a[/b]).", id="pareto-empty"
+        )
         with Horizontal(id="pareto-main"):
             with Vertical(id="pareto-chart"):
                 yield ParetoPlot(id="pareto-plot")
@@ -144,9 +144,15 @@ class ParetoScreen(KneeScreen):
             # metric, capped): a thousand predictions would hold the GIL for a second.
             fresh = [p for p in _predict_candidates(points, self.x, self.y) if p.point_id not in known]
             predicted = predictions(fresh, spec.model, spec.instance, spec.gpu, spec.num_gpus, spec)
-        self.post_message(StudyLoaded(study, points, predicted,
-                                      {**info, "model": row.get("model", ""), "objective": spec.objective if spec else None},
-                                      spec.constraints if spec else ""))
+        self.post_message(
+            StudyLoaded(
+                study,
+                points,
+                predicted,
+                {**info, "model": row.get("model", ""), "objective": spec.objective if spec else None},
+                spec.constraints if spec else "",
+            )
+        )
 
     @on(StudyLoaded)
     def _loaded_study(self, message: StudyLoaded) -> None:
@@ -164,8 +170,16 @@ class ParetoScreen(KneeScreen):
             slo = parse_constraints(m.constraints)
         except KneeError:
             slo = parse_constraints("")
-        self.view = build(m.points, self.x, self.y, slo, m.predicted, objective=m.info.get("objective") or "throughput",
-                          price_per_gpu_hour=m.info.get("price_per_gpu_hour"), host_classes=m.info.get("host_classes"))
+        self.view = build(
+            m.points,
+            self.x,
+            self.y,
+            slo,
+            m.predicted,
+            objective=m.info.get("objective") or "throughput",
+            price_per_gpu_hour=m.info.get("price_per_gpu_hour"),
+            host_classes=m.info.get("host_classes"),
+        )
         self.table.show(self.view)
         self._show_selected()
 
@@ -206,8 +220,7 @@ class ParetoScreen(KneeScreen):
         if self.view is not None and self.view.classes and p.point_id in self.view.host_classes:
             tag.append(self.view.host_classes[p.point_id])  # mixed hardware: which box measured it
         lines = [
-            Content.assemble((f"trial {p.trial_id}", "bold"),
-                             " · ".join(["", *tag, "simulated" if p.simulated else p.source, *rates])),
+            Content.assemble((f"trial {p.trial_id}", "bold"), " · ".join(["", *tag, "simulated" if p.simulated else p.source, *rates])),
             Content.assemble(("server ", DIM), _kv(p.server_args)),
             Content.assemble(("client ", DIM), _kv(p.client_args)),
             Content(" · ".join(latencies)),
@@ -240,9 +253,13 @@ class ParetoScreen(KneeScreen):
         if p.status != "ok":
             self.notify("that point failed; pick a measured one", severity="warning")
             return
-        self.knee.selection = Selection(point=p, model=m.info.get("model") or self.knee.plan.model,
-                                        gpu=m.info.get("gpu_type"), instance=self.knee.plan.instance,
-                                        hardware=hardware_label(m.info))
+        self.knee.selection = Selection(
+            point=p,
+            model=m.info.get("model") or self.knee.plan.model,
+            gpu=m.info.get("gpu_type"),
+            instance=self.knee.plan.instance,
+            hardware=hardware_label(m.info),
+        )
         self.app.switch_mode("deploy")
 
 

@@ -26,31 +26,43 @@ from tui.widgets.form_field import FormField
 
 SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     # (title, ((field id, label, placeholder), ...))
-    ("Model and hardware", (
-        ("model", "model", "HF id or local path, e.g. Qwen/Qwen3-4B"),
-        ("hardware", "hardware", "ml.g6.12xlarge, or 4x L4"),
-    )),
-    ("Workload", (
-        ("input_len", "input tokens", "1024"),
-        ("output_len", "output tokens", "512"),
-        ("range_ratio", "range ratio", "0 = fixed lengths, 0.2 = ±20%"),
-        ("dataset", "dataset", ""),
-        ("dataset_path", "dataset file", "optional: a ShareGPT JSON or a corpus file"),
-        ("num_prompts", "prompts", "1000"),
-        ("arrival", "arrival", ""),
-    )),
-    ("Goals", (
-        ("constraints", "SLOs", "ttft:p95<500ms;e2e_latency:p99<60s"),
-        ("min_request_rate", "min req/s", "5"),
-        ("objective", "objective", ""),
-    )),
-    ("Engine and search space", (
-        ("engine", "engine", ""),
-        ("url", "server URL", "external engine: http://127.0.0.1:8000"),
-        ("endpoint_name", "endpoint", "sagemaker engine: the endpoint name"),
-        ("server_args", "server args", "tensor_parallel_size=[1,2,4];max_num_seqs=[32,64,128]"),
-        ("client_args", "client args", "max_concurrency=[8,16,32,64]"),
-    )),
+    (
+        "Model and hardware",
+        (
+            ("model", "model", "HF id or local path, e.g. Qwen/Qwen3-4B"),
+            ("hardware", "hardware", "ml.g6.12xlarge, or 4x L4"),
+        ),
+    ),
+    (
+        "Workload",
+        (
+            ("input_len", "input tokens", "1024"),
+            ("output_len", "output tokens", "512"),
+            ("range_ratio", "range ratio", "0 = fixed lengths, 0.2 = ±20%"),
+            ("dataset", "dataset", ""),
+            ("dataset_path", "dataset file", "optional: a ShareGPT JSON or a corpus file"),
+            ("num_prompts", "prompts", "1000"),
+            ("arrival", "arrival", ""),
+        ),
+    ),
+    (
+        "Goals",
+        (
+            ("constraints", "SLOs", "ttft:p95<500ms;e2e_latency:p99<60s"),
+            ("min_request_rate", "min req/s", "5"),
+            ("objective", "objective", ""),
+        ),
+    ),
+    (
+        "Engine and search space",
+        (
+            ("engine", "engine", ""),
+            ("url", "server URL", "external engine: http://127.0.0.1:8000"),
+            ("endpoint_name", "endpoint", "sagemaker engine: the endpoint name"),
+            ("server_args", "server args", "tensor_parallel_size=[1,2,4];max_num_seqs=[32,64,128]"),
+            ("client_args", "client args", "max_concurrency=[8,16,32,64]"),
+        ),
+    ),
 )
 
 

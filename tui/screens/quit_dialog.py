@@ -34,8 +34,7 @@ class QuitDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(f"Sweep [b]{self.study}[/b] is still running.")
-            yield Label("It runs in its own process: leave it running and come back with "
-                        "[b]knee attach[/b], or stop it now (it can be resumed).")
+            yield Label("It runs in its own process: leave it running and come back with [b]knee attach[/b], or stop it now (it can be resumed).")
             with Horizontal(id="buttons"):
                 yield Button("Stay", id="stay")
                 yield Button("Stop sweep", variant="error", id="stop")

@@ -44,8 +44,16 @@ from tui.widgets.point_table import rich_style
 from tui.widgets.measure_progress import MeasureProgress
 from tui.widgets.recommend_plot import FRONTIER, POINT, RecommendPlot
 
-COLUMNS = (("#", "rank"), ("instance", "instance"), ("layout", "layout"), ("n", "count"),
-           ("$/h", "usd_h"), ("$/1M", "usd_1m"), ("req/s (low–high)", "capacity"), ("bottleneck", "bottleneck"))
+COLUMNS = (
+    ("#", "rank"),
+    ("instance", "instance"),
+    ("layout", "layout"),
+    ("n", "count"),
+    ("$/h", "usd_h"),
+    ("$/1M", "usd_1m"),
+    ("req/s (low–high)", "capacity"),
+    ("bottleneck", "bottleneck"),
+)
 RIGHT = {"rank", "count", "usd_h", "usd_1m"}
 
 
@@ -105,8 +113,13 @@ class RecommendScreen(MeasureMixin):
                 yield Label("goal", classes="label")
                 yield Select([(g, g) for g in GOALS], value="cost", allow_blank=False, compact=True, id="rec-goal")
                 yield Label("target req/s", classes="label")
-                yield Input("", placeholder="none", compact=True, id="rec-target",
-                            tooltip="size the instance count for this request rate (the plan's, if it has one)")
+                yield Input(
+                    "",
+                    placeholder="none",
+                    compact=True,
+                    id="rec-target",
+                    tooltip="size the instance count for this request rate (the plan's, if it has one)",
+                )
                 yield Static("", id="rec-note")
             yield Static("ranking the catalog…", id="rec-summary")
             with Horizontal(id="rec-main"):
@@ -220,9 +233,17 @@ class RecommendScreen(MeasureMixin):
             # The plan's own instance stands out: where the plan is now, among the options.
             planned_row = r.candidate.instance == planned
             inst = Text(r.instance, style=rich_style("bold $text-accent", v)) if planned_row else r.instance
-            table.add_row(rank, inst, r.layout,
-                          Text(r.count, justify="right"), Text(r.usd_per_hour, justify="right"),
-                          Text(r.usd_per_1m, justify="right"), r.capacity, r.bottleneck, key=r.key)
+            table.add_row(
+                rank,
+                inst,
+                r.layout,
+                Text(r.count, justify="right"),
+                Text(r.usd_per_hour, justify="right"),
+                Text(r.usd_per_1m, justify="right"),
+                r.capacity,
+                r.bottleneck,
+                key=r.key,
+            )
         if before in self._rows:
             table.move_cursor(row=table.get_row_index(before), animate=False)
         elif shown:
@@ -258,8 +279,10 @@ class RecommendScreen(MeasureMixin):
         c = row.candidate
         self.knee.use_plan(plan_with(self.knee.plan, c, self.rec.request.allow_quantization))
         count = f", {c.instances_needed} of them for {self.rec.request.target_rps:g} req/s" if c.instances_needed else ""
-        self.notify(f"plan hardware: {c.instance} ({c.num_gpus}× {c.gpu}), layout {row.layout}{count}. "
-                    "2 Estimate · 3 Sweep · 5 Deploy", title="instance chosen")
+        self.notify(
+            f"plan hardware: {c.instance} ({c.num_gpus}× {c.gpu}), layout {row.layout}{count}. 2 Estimate · 3 Sweep · 5 Deploy",
+            title="instance chosen",
+        )
 
     # ---- actions ------------------------------------------------------------------------
     def action_cycle_goal(self) -> None:

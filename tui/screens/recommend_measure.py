@@ -85,8 +85,9 @@ class MeasureMixin(KneeScreen):
             return
         knee = self.knee
         poll = getattr(knee.deploy_options, "poll_interval_s", None)
-        dialog = MeasureDialog(storage=knee.sweep_control.storage, poll_interval_s=poll, overrides=self.measure_overrides,
-                               role=self._last_role, region=self._last_region)
+        dialog = MeasureDialog(
+            storage=knee.sweep_control.storage, poll_interval_s=poll, overrides=self.measure_overrides, role=self._last_role, region=self._last_region
+        )
         knee.push_screen(dialog, self._asked)
 
     def _asked(self, opts: MeasureOptions | None) -> None:
@@ -107,16 +108,21 @@ class MeasureMixin(KneeScreen):
             if yes:
                 self._start_measure(req, finals, opts)
 
-        self.knee.push_screen(ConfirmDialog(f"Create {len(finals)} SageMaker endpoint(s) and measure them?",
-                                            confirm_text(finals, cost, opts.region), confirm="Create and measure",
-                                            danger=True), confirmed)
+        self.knee.push_screen(
+            ConfirmDialog(
+                f"Create {len(finals)} SageMaker endpoint(s) and measure them?",
+                confirm_text(finals, cost, opts.region),
+                confirm="Create and measure",
+                danger=True,
+            ),
+            confirmed,
+        )
 
     def _start_measure(self, req, finals, opts: MeasureOptions) -> None:
         self.measuring = True
         self.knee.measuring_on_sagemaker = True  # the app refuses to quit from any screen
         self._cancel_measure = threading.Event()
-        self.measure_panel.start(Progress.of(finals), f"measuring {len(finals)} on SageMaker ({opts.region}) · "
-                                 "Escape: cancel, delete all")
+        self.measure_panel.start(Progress.of(finals), f"measuring {len(finals)} on SageMaker ({opts.region}) · Escape: cancel, delete all")
         self.set_class(True, "-measuring")
         self.set_class(True, "-measure-panel")
         self._measure_worker(req, finals, opts)
@@ -125,8 +131,15 @@ class MeasureMixin(KneeScreen):
     def _measure_worker(self, req, finals, opts: MeasureOptions) -> None:
         post = self.post_message
         try:
-            res = measure(req, finals, opts, deploy_ops(), clients=self.knee.deploy_clients,
-                          say=lambda line: post(MeasureLine(line)), cancel=self._cancel_measure)
+            res = measure(
+                req,
+                finals,
+                opts,
+                deploy_ops(),
+                clients=self.knee.deploy_clients,
+                say=lambda line: post(MeasureLine(line)),
+                cancel=self._cancel_measure,
+            )
         except KeyboardInterrupt:  # core.recommend.measure.Cancelled: torn down already
             post(MeasureEnded(None, "cancelled", opts.region))
         except KneeError as e:
@@ -154,8 +167,11 @@ class MeasureMixin(KneeScreen):
         gone = "LEFT BEHIND: see the log" if res.leftovers else "every endpoint deleted"
         self.measure_panel.title(f"measured: study {res.study} · {gone}")
         self._fill_table(keep_cursor=False)
-        self.notify(f"ranked by measured numbers; stored as study {res.study}", title="measured on SageMaker",
-                    severity="error" if res.leftovers else "information")
+        self.notify(
+            f"ranked by measured numbers; stored as study {res.study}",
+            title="measured on SageMaker",
+            severity="error" if res.leftovers else "information",
+        )
 
     def _measure_request_changed(self) -> None:
         """Another goal or target: the estimates again; the panel goes once nothing runs."""
@@ -175,7 +191,6 @@ class MeasureMixin(KneeScreen):
 
     async def action_quit_unless_measuring(self) -> None:
         if self.measuring:
-            self.notify("a measurement is running: Escape cancels it and deletes its endpoints first",
-                        severity="warning")
+            self.notify("a measurement is running: Escape cancels it and deletes its endpoints first", severity="warning")
             return
         await self.app.run_action("quit")

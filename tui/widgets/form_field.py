@@ -49,9 +49,7 @@ class FormField(Vertical):
         with Horizontal():
             yield Label(self._label, classes="label")
             if self._choices is not None:
-                yield Select(
-                    [(c, c) for c in self._choices], value=self._value, allow_blank=False, compact=True, id=self.field_id
-                )
+                yield Select([(c, c) for c in self._choices], value=self._value, allow_blank=False, compact=True, id=self.field_id)
             else:
                 yield Input(
                     self._value,

@@ -49,8 +49,10 @@ class LivePanel(Vertical):
         word = f"[b $warning]{state}[/]" if state in ("paused", "pausing", "stopping") else f"[b]{state}[/b]"
         lines = [f"{word} · points {done}/{planned or '?'}" + (" · [i]simulated[/i]" if snap.simulated else "")]
         if live.trial_id is not None:
-            lines.append(f"trial {live.trial_id} {live.load}: {live.completed}/{live.total or '?'} requests"
-                         + (f", {live.failed} failed" if live.failed else ""))
+            lines.append(
+                f"trial {live.trial_id} {live.load}: {live.completed}/{live.total or '?'} requests"
+                + (f", {live.failed} failed" if live.failed else "")
+            )
         parts = []
         if live.running is not None:
             parts.append(f"running {live.running}")

@@ -6,8 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import Static
 
-MODES = (("plan", "Plan"), ("estimate", "Estimate"), ("sweep", "Sweep"), ("pareto", "Pareto"), ("deploy", "Deploy"),
-         ("recommend", "Recommend"))
+MODES = (("plan", "Plan"), ("estimate", "Estimate"), ("sweep", "Sweep"), ("pareto", "Pareto"), ("deploy", "Deploy"), ("recommend", "Recommend"))
 
 
 class ModeBar(Horizontal):

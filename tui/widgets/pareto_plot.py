@@ -51,8 +51,7 @@ class Palette:
         bg = self.background + st.background if st.background is not None else self.background
         # "auto" (the cursor's foreground) is a contrast colour, picked against what it is on.
         fg = bg + st.foreground if st.foreground is not None else None
-        return Ink(fg.rgb if fg is not None else None, bg.rgb if st.background is not None else None,
-                   "bold" if st.bold else None)
+        return Ink(fg.rgb if fg is not None else None, bg.rgb if st.background is not None else None, "bold" if st.bold else None)
 
 
 def default_palette(theme: str = "textual-dark") -> Palette:
@@ -61,8 +60,7 @@ def default_palette(theme: str = "textual-dark") -> Palette:
     return Palette(variables, Color.parse(variables["background"]))
 
 
-def draw(view: ParetoView, selected: str | None, width: int, height: int,
-         palette: Palette | None = None, plt: Plot | None = None) -> Chart:
+def draw(view: ParetoView, selected: str | None, width: int, height: int, palette: Palette | None = None, plt: Plot | None = None) -> Chart:
     """:func:`tui.data.pareto_canvas.draw_chart` with the default theme's palette and a
     fresh plotext figure where none is given (tests and scripts)."""
     return draw_chart(view, selected, width, height, palette or default_palette(), plt if plt is not None else Plot())
@@ -202,8 +200,7 @@ def legend_items(view: ParetoView | None, selected: str | None) -> list[Content]
     if view.knee is not None:
         glyph, style = MARKERS["knee"]
         items.append(Content.assemble((glyph, style), " knee"))
-    if selected is not None and selected in view.points and any(
-            d.key == selected for d in (*view.measured, *view.failed_slo, *view.imported)):
+    if selected is not None and selected in view.points and any(d.key == selected for d in (*view.measured, *view.failed_slo, *view.imported)):
         glyph, _ = MARKERS[view.marker(selected)]
         items.append(Content.assemble((glyph, SELECTED), " selected"))
     if view.x_bound is not None or view.y_bound is not None:

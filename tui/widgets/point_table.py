@@ -17,7 +17,7 @@ from textual.widgets import DataTable
 
 from core.results.analysis import direction
 from tui.data.pareto_view import ParetoView
-from tui.data.sweep_state import _args, _load
+from tui.data.sweep_rows import args_text, load_text
 from tui.widgets.pareto_plot import MARKERS
 
 MAX_ROWS = 60
@@ -49,8 +49,9 @@ class PointTable(DataTable):
         # The recommended point is always a row, even off the frontier of these axes.
         first = [*front, *([view.recommended] if view.recommended in dots and view.recommended not in front else [])]
         sign = -1.0 if direction(view.x) == "max" else 1.0
-        rest = sorted((d for d in (*view.measured, *view.failed_slo, *view.imported) if d.key not in first),
-                      key=lambda d: sign * d.x)[: max(0, MAX_ROWS - len(first))]
+        rest = sorted((d for d in (*view.measured, *view.failed_slo, *view.imported) if d.key not in first), key=lambda d: sign * d.x)[
+            : max(0, MAX_ROWS - len(first))
+        ]
         keys = [*first, *[d.key for d in rest]]
         theme = self.app.theme
         shown = (theme, view.ax, view.ay, view.knee, view.recommended, tuple((k, dots.get(k)) for k in keys))
@@ -75,12 +76,14 @@ class PointTable(DataTable):
             glyph, style = MARKERS[kind]
             if kind in ("measured", "frontier"):  # on mixed hardware, the class's shape, as on the chart
                 glyph = view.class_glyph(key) or glyph
-            cells = [Text(glyph, rich_style(style, variables)),
-                     Text(view.ax.fmt(d.x if d else None), justify="right"),
-                     Text(view.ay.fmt(d.y if d else None), justify="right")]
+            cells = [
+                Text(glyph, rich_style(style, variables)),
+                Text(view.ax.fmt(d.x if d else None), justify="right"),
+                Text(view.ay.fmt(d.y if d else None), justify="right"),
+            ]
             if with_slo:
                 cells.append(Text("") if p.meets_slo is None else Text("pass", ok) if p.meets_slo else Text("fail", bad))
-            cells += [Text(str(p.trial_id), justify="right"), Text(_args(p.server_args)), Text(_load(p.client_args))]
+            cells += [Text(str(p.trial_id), justify="right"), Text(args_text(p.server_args)), Text(load_text(p.client_args))]
             self.add_row(*cells, key=key)
         # First the best point that meets the SLOs (what "Deploy this" should ship), not the
         # knee, which may miss them; the knee keeps its mark.

@@ -60,8 +60,7 @@ def _span(lo: float, hi: float, pad: float = 0.06) -> tuple[float, float]:
     return lo - p, hi + p
 
 
-def draw(data: ChartData, selected: str | None, width: int, height: int,
-         palette: Palette | None = None, plt: Plot | None = None) -> str:
+def draw(data: ChartData, selected: str | None, width: int, height: int, palette: Palette | None = None, plt: Plot | None = None) -> str:
     """plotext's drawing of ``data`` at ``width`` x ``height`` cells, as ANSI text."""
     pal = palette or default_palette()
     plt = plt if plt is not None else Plot()
@@ -80,8 +79,7 @@ def draw(data: ChartData, selected: str | None, width: int, height: int,
     ylabels = [_label(t) for t in ys]
     left = max(len(s) for s in ylabels) + 1
     cw = width - left
-    xs = _fitting(log_ticks_125(10**x0, 10**x1),
-                  lambda a, b: cw * (lg(b) - lg(a)) / (x1 - x0) >= len(_label(b)) + 2) or [10 ** ((x0 + x1) / 2)]
+    xs = _fitting(log_ticks_125(10**x0, 10**x1), lambda a, b: cw * (lg(b) - lg(a)) / (x1 - x0) >= len(_label(b)) + 2) or [10 ** ((x0 + x1) / 2)]
 
     plt.clear_figure()
     plt.plotsize(width, height)
@@ -104,8 +102,7 @@ def draw(data: ChartData, selected: str | None, width: int, height: int,
     for (xa, ya), (xb, yb) in zip(steps, steps[1:]):
         plt.plot([xa, xb], [ya, yb], marker="─" if ya == yb else "│", color=line)
     on_frontier = data.frontier_keys
-    for (glyph, style), pts in ((POINT, [p for p in data.points if p.key not in on_frontier]),
-                                (FRONTIER, list(data.frontier))):
+    for (glyph, style), pts in ((POINT, [p for p in data.points if p.key not in on_frontier]), (FRONTIER, list(data.frontier))):
         if pts:
             ink = pal(style)
             plt.scatter([lg(p.capacity) for p in pts], [lg(p.cost) for p in pts], marker=glyph, color=ink.fg, style=ink.style)

@@ -42,7 +42,7 @@ class TrialLog(Log):
         if new == self._shown:
             return
         if self._shown and new[: len(self._shown)] == self._shown:
-            self.write_lines(new[len(self._shown):])  # appended: keep the scroll position
+            self.write_lines(new[len(self._shown) :])  # appended: keep the scroll position
         else:
             self.clear()
             self.write_lines(new)

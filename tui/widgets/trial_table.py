@@ -8,14 +8,23 @@ from textual import events
 from textual.message import Message
 from textual.widgets import DataTable
 
-from tui.data.sweep_state import RowView
+from tui.data.sweep_rows import RowView
 
-STATUS_STYLE = {"ok": "green", "failed": "red", "running": "dark_orange", "pending": "dim", "skipped": "dim",
-                "interrupted": "magenta"}
+STATUS_STYLE = {"ok": "green", "failed": "red", "running": "dark_orange", "pending": "dim", "skipped": "dim", "interrupted": "magenta"}
 # The verdict and throughput come first, so they stay on screen at 80 columns.
-COLUMNS = (("trial", "#"), ("status", "status"), ("slo", "SLO"), ("server", "server args"), ("load", "load"),
-           ("rps", "req/s"), ("tps", "tok/s"), ("e2e", "E2E p99 s"), ("ttft", "TTFT p99 ms"), ("itl", "ITL p99 ms"),
-           ("reason", "reason"))
+COLUMNS = (
+    ("trial", "#"),
+    ("status", "status"),
+    ("slo", "SLO"),
+    ("server", "server args"),
+    ("load", "load"),
+    ("rps", "req/s"),
+    ("tps", "tok/s"),
+    ("e2e", "E2E p99 s"),
+    ("ttft", "TTFT p99 ms"),
+    ("itl", "ITL p99 ms"),
+    ("reason", "reason"),
+)
 
 
 # One unit per column, named in its header, numbers right-aligned: a column that mixed

@@ -10,15 +10,19 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from tui.data.workers import WorkerView
 
-STATE_STYLE = {"running": "green", "finished": "dim", "waiting": "dark_orange", "stopped": "dim",
-               "silent": "red", "presumed dead": "bold red"}
+STATE_STYLE = {"running": "green", "finished": "dim", "waiting": "dark_orange", "stopped": "dim", "silent": "red", "presumed dead": "bold red"}
 COLUMNS = (("name", "worker"), ("state", "state"), ("held", "holds"), ("beat", "beat s"), ("done", "done"))
 HOST_COLUMN = "host"
 
 
 def _cells(w: WorkerView) -> tuple[object, ...]:
-    return (w.name, Text(w.state, STATE_STYLE.get(w.state, "")), w.held,
-            Text("" if w.heartbeat_s is None else str(w.heartbeat_s), justify="right"), Text(str(w.done), justify="right"))
+    return (
+        w.name,
+        Text(w.state, STATE_STYLE.get(w.state, "")),
+        w.held,
+        Text("" if w.heartbeat_s is None else str(w.heartbeat_s), justify="right"),
+        Text(str(w.done), justify="right"),
+    )
 
 
 class WorkerTable(DataTable):
