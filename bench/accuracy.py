@@ -69,12 +69,15 @@ def predict_lo(row: dict, cfg_dict: dict) -> dict:
     return {"ttft_ms": r.ttft_ms * f, "itl_ms": r.itl_ms * f, "e2e_s": r.e2e_s * f, "req_per_s": r.req_per_s, "output_tok_per_s": r.output_tok_per_s}
 
 
-def run(path, loso: bool = False, key: str = "id") -> dict:
-    """The report over the rows of ``path`` (a JSONL path, or a list of them read together);
-    with ``loso`` the honest validation too (:func:`honest`)."""
+def run(path, loso: bool = False, key: str = "id", sources: list[str] | None = None) -> dict:
+    """The report over the rows of ``path`` (a JSONL path, or a list of them read together),
+    only the rows of ``sources`` (id prefixes) when given; with ``loso`` the honest validation
+    too (:func:`honest`)."""
     from core.errors import KneeError
 
     rows = R.load_all([path] if isinstance(path, (str, Path)) else path)
+    if sources:
+        rows = [r for r in rows if r["id"].rsplit("-", 1)[0] in sources]
     results, skipped = [], []
     for row, cfg, arch in R.with_config(rows, skipped):
         meas = R.measured(row)
@@ -283,13 +286,18 @@ def main(argv: list[str] | None = None) -> int:
         help="write the error bands (10th/90th percentile of measured/predicted per metric) that knee estimate shows: "
         "from the held-out predictions with --loso, else from the shipped estimator on these rows",
     )
+    ap.add_argument(
+        "--sources",
+        metavar="A,B",
+        help="only the rows of these sources (id prefixes, e.g. smwalk,infsim2,nimbench: the cases issue 11 names)",
+    )
     a = ap.parse_args(argv)
     for p in a.path:
         if not Path(p).exists():
             print(f"bench.accuracy: {p} does not exist", file=sys.stderr)
             return 2
     try:
-        rep = run(a.path, loso=a.loso, key=a.loso_key)
+        rep = run(a.path, loso=a.loso, key=a.loso_key, sources=a.sources.split(",") if a.sources else None)
     except json.JSONDecodeError as e:
         print(f"bench.accuracy: {' '.join(a.path)} is not JSONL: {e}", file=sys.stderr)
         return 2

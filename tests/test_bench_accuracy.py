@@ -99,3 +99,13 @@ def test_json_stdout_is_one_document_and_a_missing_file_is_one_line(module, rows
     p = subprocess.run([sys.executable, "-m", module, str(tmp_path / "none.jsonl"), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.count("\n") == 1 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_accuracy_reports_only_the_sources_asked_for(rows_path, capsys):
+    """--sources keeps the rows whose id prefix is listed (the cases issue 11 names), so a
+    subset's figures re-run from the command line."""
+    from bench import accuracy
+
+    assert accuracy.main([str(rows_path), "--json", "--sources", "good"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rep["rows"]] == ["good-1"] and rep["skipped"] == [] and rep["summary"]["rows"] == 1
