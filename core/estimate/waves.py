@@ -91,13 +91,14 @@ def wave(
     # The first wave's requests (a share f1 of the run) wait for the prompts before theirs;
     # the later ones for their own chunk only (the same when every prompt fits one step).
     grid = [ttft_in((j + 1) / 64) for j in range(64)]
+    grid_mean = sum(grid) / 64
     # Its own chunk: half a step to the next step boundary, then its share of the budget
     # (never less than its prompt alone takes, never more than the first wave waited).
     alone = prefill_step_seconds(cm, min(Ic, per_step), I, cached, Ic) * math.ceil(Ic / per_step - 1e-9)
     own = min(prefill_all, max(alone, t_pf * (0.5 + Ic / per_step))) if steps_pf > 1 else grid[-1]
     n_run = (num_prompts / dp) if num_prompts else 10.0 * w
     f1 = min(1.0, w / max(n_run, 1.0))
-    mean_in = f1 * sum(grid) / 64 + (1.0 - f1) * own
+    mean_in = f1 * grid_mean + (1.0 - f1) * own
     first = [(t, f1 / 64) for t in grid] + [(own, 1.0 - f1)]
     ttft_q = {k: ovh + wait + v for k, v in weighted_quantiles(sorted(first), 1.0).items()}
 
@@ -105,10 +106,10 @@ def wave(
         return (prefill_all - ttft_body + dec * t_dec) / dec + tok if dec > 0 else 0.0
 
     tpot_mean = tpot_of(mean_in)
-    tpot_q = {k: v for k, v in weighted_quantiles(sorted((tpot_of(t), wt) for t, wt in first), 1.0).items()}
+    tpot_q = weighted_quantiles(sorted((tpot_of(t), wt) for t, wt in first), 1.0)
     # Gaps: decode steps; a first-wave request's first gap spans the rest of the prefill,
     # a later request's decode runs through the others' prefill steps one step at a time.
-    first_gap = prefill_all - sum(grid) / 64 + t_dec
+    first_gap = prefill_all - grid_mean + t_dec
     k = max(0.0, (prefill_all - own) / t_pf) if t_pf > 0 else 0.0
     gaps = [
         (t_dec + tok, f1 * max(dec - 1, 0.0)),
