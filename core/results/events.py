@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import typing
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -20,16 +19,12 @@ from core.results.codec import dumps
 from core.results.follow import StudyFollower
 from core.results.schema import events_t
 from core.spec.events import StoredEvent
-from core.spec.study import Event
-
-# Kinds the Event model lists. A newer runner sharing the store may emit kinds this version
-# has never heard of: a viewer shows what it knows and must never fail on the rest.
-_EVENT_KINDS = frozenset(typing.get_args(Event.model_fields["kind"].annotation))
 
 
 def event_from_row(r: sa.RowMapping) -> StoredEvent:
-    fields = {"seq": r["seq"], "study": r["study"], "time": r["time"], "kind": r["kind"], "data": json.loads(r["data"] or "{}")}
-    return StoredEvent(**fields) if r["kind"] in _EVENT_KINDS else StoredEvent.model_construct(**fields)
+    # Any kind reads (a newer runner sharing the store may emit kinds this version has never
+    # heard of): a viewer shows what it knows and never fails on the rest.
+    return StoredEvent(seq=r["seq"], study=r["study"], time=r["time"], kind=r["kind"], data=json.loads(r["data"] or "{}"))
 
 
 class EventLog:

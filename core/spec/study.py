@@ -143,54 +143,14 @@ class Event(BaseModel):
     """One entry of a study's event stream (``core.results.store.StudyStore.events``/``follow``).
 
     ``seq`` increases strictly within a store; a follower keeps the last ``seq`` it saw and
-    asks for what came after. ``data`` by kind (all JSON):
-
-    - ``study_started``: model, engine, strategy, planned_trials, planned_points,
-      resumed_points (already stored), simulated. Emitted at every (re)start of a runner.
-    - ``trial_started``: trial_id, server_args, engine, log_path, gpus.
-    - ``server_ready``: trial_id, start_s, base_url, pid (None on sim), simulated.
-    - ``progress``: trial_id, point_id, load (label), client_args, phase ("start" | "run"),
-      elapsed_s, and from the load client: running (in flight), completed, failed, total,
-      output_tokens, output_tokens_per_s; from vLLM's /metrics: server_running,
-      server_waiting, kv_cache_usage; gpu (NVML: used/total GB, util %, power W per device,
-      or the simulator's memory plan with KV in use) and gpu_memory (its one-line text,
-      "(sim)" when simulated). At 4 Hz while a point runs on a real server, and once with
-      phase "end" as each point finishes (a simulated point ends before the first tick).
-    - ``point_done``: trial_id, point_id, load, client_args, status ("ok" | "failed"),
-      reason, meets_slo, violations, simulated, output_throughput, request_throughput,
-      p99_e2el_ms, mean_ttft_ms, completed, failed, duration_s. The point is already stored.
-    - ``point_skipped``: trial_id, server_args, reason, points (a configuration the
-      strategy ruled out: infeasible, predicted to miss the SLOs, pruned).
-    - ``trial_failed``: trial_id, failure (oom | crashed_at_start | bad_args |
-      start_timeout | crashed | infeasible), reason (with the server log's last lines),
-      server_args.
-    - ``trial_done``: trial_id, status, points.
-    - ``paused`` / ``continued``: a pause asked through the store
-      (:meth:`~core.results.store.StudyStore.request_state`) took effect between load points
-      (the server stays up while paused), or the runner was told to go on.
-    - ``study_done`` / ``study_interrupted`` (+ signal; "stop request" for a stop asked
-      through the store): points_run, points_failed,
-      points_resumed, launches, trials_failed, trials_skipped, gpu_seconds, wall_s.
-    """
+    asks for what came after. ``kind`` and ``data`` are as the runner emitted them: the kinds
+    and their fields are declared once, as models, in :mod:`core.spec.events` (a kind this
+    version does not know still reads: a newer runner may share the store)."""
 
     seq: int
     study: str
     time: float
-    kind: Literal[
-        "study_started",
-        "trial_started",
-        "server_ready",
-        "progress",
-        "point_done",
-        "point_skipped",
-        "trial_failed",
-        "trial_done",
-        "study_done",
-        "study_interrupted",
-        "paused",
-        "continued",
-        "log",
-    ]
+    kind: str
     data: dict[str, Any] = Field(default_factory=dict)
 
 
