@@ -354,4 +354,5 @@ def kill_stale_group(pid: int, tag: str) -> bool:
             break
         time.sleep(0.1)
     _killpg(pid, signal.SIGKILL)
+    _wait_group_gone(pid, timeout_s=10.0)  # as Server.stop: nothing of the group is left on return
     return True
