@@ -38,6 +38,19 @@ def _from_llmo_results(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _imported_point(study: str, sargs: dict[str, Any], cargs: dict[str, Any], **fields: Any) -> PointRow:
+    """An imported point: one trial (0) per file, keyed by its server arguments."""
+    return PointRow(
+        study=study,
+        point_id=make_point_id(sargs, cargs),
+        trial_id=0,
+        trial_key=canonical_json(sargs),
+        server_args=sargs,
+        client_args=cargs,
+        **fields,
+    )
+
+
 def _llmo_point(rec: dict[str, Any], study: str, source: str) -> tuple[PointRow, dict[str, Any]]:
     if not isinstance(rec, dict) or "config" not in rec or "results" not in rec:
         raise BadInput("not an llm-optimizer record (needs 'config' and 'results')")
@@ -52,13 +65,10 @@ def _llmo_point(rec: dict[str, Any], study: str, source: str) -> tuple[PointRow,
     status = knee.get("status", "ok")
     summary = knee.get("summary") or _from_llmo_results(rec.get("results") or {})
     summary = {k: (float("nan") if v is None else v) for k, v in summary.items()}
-    p = PointRow(
-        study=study,
-        point_id=make_point_id(sargs, cargs),
-        trial_id=0,
-        trial_key=canonical_json(sargs),
-        server_args=sargs,
-        client_args=cargs,
+    p = _imported_point(
+        study,
+        sargs,
+        cargs,
         status=status if status in ("ok", "failed") else "ok",
         reason=knee.get("reason"),
         summary=summary,
@@ -198,18 +208,7 @@ def parse_import(path: str | Path, study: str) -> tuple[str, str | None, list[Po
         summary = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         summary = {k: v for k, v in summary.items() if k not in cargs}
         model = data.get("model_id")
-        points.append(
-            PointRow(
-                study=study,
-                point_id=make_point_id(sargs, cargs),
-                trial_id=0,
-                trial_key=canonical_json(sargs),
-                server_args=sargs,
-                client_args=cargs,
-                summary=summary,
-                source="vllm-bench",
-            )
-        )
+        points.append(_imported_point(study, sargs, cargs, summary=summary, source="vllm-bench"))
     elif fmt == "aiperf":
         cfg = data.get("input_config") or {}
         load = cfg.get("loadgen") or {}
@@ -222,18 +221,7 @@ def parse_import(path: str | Path, study: str) -> tuple[str, str | None, list[Po
         names = ep.get("model_names") or []
         model = names[0] if names else None
         sargs = {}
-        points.append(
-            PointRow(
-                study=study,
-                point_id=make_point_id(sargs, cargs),
-                trial_id=0,
-                trial_key=canonical_json(sargs),
-                server_args=sargs,
-                client_args=cargs,
-                summary=_aiperf_summary(data),
-                source="aiperf",
-            )
-        )
+        points.append(_imported_point(study, sargs, cargs, summary=_aiperf_summary(data), source="aiperf"))
     if not points:
         raise BadInput(f"{path} holds no runs")
     return fmt, model, points, meta
