@@ -296,7 +296,7 @@ def test_cost_estimate_names_a_missing_price():
     from core.recommend.measure import MeasureOptions, cost_estimate, plan_finalists
 
     rec = recommend(RecommendRequest(model="Qwen/Qwen3-4B", input_len=64, output_len=8, instances="ml.g6*"))
-    from tui.cli.recommend import deploy_ops
+    from tui.data.recommend_measure import deploy_ops
 
     opts = MeasureOptions(n=2, role_arn=ROLE)
     finals = plan_finalists("Qwen/Qwen3-4B", rec.best_per_instance, opts, deploy_ops())

@@ -105,6 +105,7 @@ def _measure_options(args):
     from core.recommend.measure import MeasureOptions, check_options
     from core.results import default_storage
     from tui.cli.common import positive
+    from tui.data.recommend_measure import deploy_ops
 
     positive(args.poll_interval, "--poll-interval")
     if args.measure_prompts < 1:
@@ -124,28 +125,6 @@ def _measure_options(args):
     return opts
 
 
-def deploy_ops():
-    """core.deploy's functions for core.recommend.measure (the two packages are siblings in
-    the import contract, so the UI layer hands them over)."""
-    import core.deploy as d
-    from core.deploy.apply import check_region
-    from core.deploy.plan import valid_role
-    from core.recommend.measure import DeployOps
-
-    return DeployOps(
-        build_plan=d.build_plan,
-        DeploySource=d.DeploySource,
-        DeployTarget=d.DeployTarget,
-        ApplyOptions=d.ApplyOptions,
-        apply_plan=d.apply_plan,
-        delete_deployment=d.delete_deployment,
-        describe_deployment=d.describe_deployment,
-        make_clients=d.make_clients,
-        check_region=check_region,
-        valid_role=valid_role,
-    )
-
-
 def _say(line: str) -> None:
     print(line, flush=True)
 
@@ -157,6 +136,7 @@ def _say_err(line: str) -> None:
 def _measure(args, req, rec, opts) -> int:
     """Plan, confirm once with the whole measurement's estimated cost, then measure."""
     from core.recommend.measure import cost_estimate, interrupts_as_keyboard, measure, plan_finalists
+    from tui.data.recommend_measure import deploy_ops
 
     rows = rec.ranked if args.all_layouts else rec.best_per_instance
     ops = deploy_ops()

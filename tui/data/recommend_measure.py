@@ -20,10 +20,26 @@ DEFAULT_REGION = "us-east-1"
 
 
 def deploy_ops():
-    """core.deploy's functions for core.recommend.measure, as the CLI hands them over."""
-    from tui.cli.recommend import deploy_ops as ops
+    """core.deploy's functions for core.recommend.measure (the two packages are siblings in
+    the import contract, so the UI layer hands them over: the Recommend screen and
+    `knee recommend --measure` alike)."""
+    import core.deploy as d
+    from core.deploy.apply import check_region
+    from core.deploy.plan import valid_role
+    from core.recommend.measure import DeployOps
 
-    return ops()
+    return DeployOps(
+        build_plan=d.build_plan,
+        DeploySource=d.DeploySource,
+        DeployTarget=d.DeployTarget,
+        ApplyOptions=d.ApplyOptions,
+        apply_plan=d.apply_plan,
+        delete_deployment=d.delete_deployment,
+        describe_deployment=d.describe_deployment,
+        make_clients=d.make_clients,
+        check_region=check_region,
+        valid_role=valid_role,
+    )
 
 
 def measure_options(
