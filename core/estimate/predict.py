@@ -220,9 +220,11 @@ class Predictor:
         ``num_prompts`` requests (else ``duration_s`` of arrivals, else the workload's count):
         the queue grows through the run. A closed loop given ``num_prompts`` is a finite
         benchmark run: its first requests start together, and their back-to-back prefill is in
-        the TTFT (without it, the steady state that production traffic sees). With a client ``request_timeout_s``, the requests
-        that cannot finish within it fail, and the latencies and throughput are those of the
-        requests that finished (what a benchmark client reports)."""
+        the TTFT (without it, the steady state that production traffic sees). With a client
+        ``request_timeout_s``, the requests that cannot finish within it fail, and the
+        latencies and throughput are those of the requests that finished (what a benchmark
+        client reports).
+        """
         if concurrency is None and request_rate is None:
             raise BadInput("a prediction needs a concurrency or a request rate")
         if concurrency is not None and concurrency <= 0:
