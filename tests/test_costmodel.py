@@ -160,3 +160,27 @@ def test_api_server_streaming_paces_a_large_batch_only():
     big = cm.breakdown(large)
     assert big.total == pytest.approx(1000 * 100e-6) and big.streaming > 0
     assert big.bottleneck == "API server (token streaming)"
+
+
+def test_async_scheduling_hides_host_work_behind_the_gpu_step():
+    """vLLM from 0.14 schedules the next step while the GPU runs this one: a step costs the
+    longer of host and GPU time, not their sum; the breakdown still adds up to the step."""
+    from core.estimate.costmodel import _softmax, engine_profile
+
+    assert engine_profile("vllm", "0.15.1")["async_scheduling"] == 1
+    assert not engine_profile("vllm", "0.11.0").get("async_scheduling")
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("H100-SXM")
+    sync, overlapped = CostModel(arch, gpu, 1, engine_version="0.11.0"), CostModel(arch, gpu, 1, engine_version="0.15.1")
+    host, seq = engine_profile("vllm", "0.11.0")["step_us"] * 1e-6, engine_profile("vllm", "0.11.0")["seq_us"] * 1e-6
+    small, big = Batch.decode(1, 100), Batch.decode(256, 256 * 3000)
+    for b in (small, big):
+        saved = sync.step_time(b) - overlapped.step_time(b)
+        # The host's step_us and seq_us overlap: the saving is the host work, or the GPU work
+        # if that is the shorter, never more than either.
+        assert 0 < saved <= host + b.decode_seqs * seq + 1e-12
+        bd = overlapped.breakdown(b)
+        recombined = _softmax(bd.linear_compute, bd.linear_memory) + max(bd.attention_compute, bd.attention_memory)
+        recombined += bd.communication + bd.overhead + bd.streaming
+        assert recombined == pytest.approx(bd.total, rel=1e-12)
+    # A big decode step is GPU-bound: the whole host part hides behind it.
+    assert sync.step_time(big) - overlapped.step_time(big) == pytest.approx(host + 256 * seq, rel=1e-9)

@@ -116,6 +116,10 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
             name = "vllm-legacy"
         elif release < (0, 8):
             name = "vllm-v0"
+        elif release >= (0, 14):
+            # Async scheduling on by default (vLLM PR #27614, the last item of the async
+            # scheduling plan, issue #27679): the host schedules step N+1 while the GPU runs N.
+            name = "vllm-async"
     if name == "nim":
         # NIM for LLMs serves pre-built TensorRT-LLM engines (its "optimized profiles") on the
         # data-center GPUs it supports, vLLM only as a generic fallback
@@ -276,7 +280,12 @@ class CostModel:
         # Engines that drive TP workers from one process pay a per-worker cost every step
         # (broadcasting the scheduled batch: vLLM < 0.6 with Ray or multiprocessing workers).
         workers = prof.get("tp_worker_us", 0.0) * (tp - 1)
-        self._fixed = (prof["step_us"] + prof["layer_us"] * layers + prof["moe_layer_us"] * arch.num_moe_layers + workers) * 1e-6
+        # Host work per step (scheduling, input prep, the sampler's bookkeeping) apart from the
+        # GPU's own fixed cost (launches per layer): an engine with async scheduling overlaps
+        # the first with the GPU's step, so a step takes the longer of the two, not their sum.
+        self._host = (prof["step_us"] + workers) * 1e-6
+        self._gpu_fixed = (prof["layer_us"] * layers + prof["moe_layer_us"] * arch.num_moe_layers) * 1e-6
+        self._async = bool(prof.get("async_scheduling", 0))
         self._per_seq = prof["seq_us"] * 1e-6
         self.request_overhead_s = prof["request_ms"] * 1e-3
         self.output_token_overhead_s = prof["output_token_us"] * 1e-6
@@ -313,7 +322,9 @@ class CostModel:
             kv_bytes * self._s_per_kv_byte,
         )
         comm = tokens * self._comm_per_token + self._comm_fixed
-        engine = linear + attn + comm + self._fixed + (decode_seqs + prefill_seqs) * self._per_seq
+        gpu = linear + attn + comm + self._gpu_fixed
+        host = self._host + (decode_seqs + prefill_seqs) * self._per_seq
+        engine = (gpu if gpu >= host else host) if self._async else gpu + host
         streamed = (decode_seqs + prefill_seqs) * self._stream_s
         return engine if engine >= streamed else streamed
 
@@ -344,9 +355,14 @@ class CostModel:
             attention_compute=(batch.prefill_attn + batch.decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop,
             attention_memory=kv_bytes * self._s_per_kv_byte,
             communication=(tokens * self._comm_per_token + self._comm_fixed) if tokens else 0.0,
-            overhead=self._fixed + seqs * self._per_seq,
+            overhead=self._gpu_fixed + self._host + seqs * self._per_seq,
             total=total,
         )
+        if self._async and tokens:
+            # Only the host work the GPU's step does not cover shows (step_seconds' max).
+            gpu = _softmax(parts.linear_compute, parts.linear_memory) + max(parts.attention_compute, parts.attention_memory)
+            gpu += parts.communication + self._gpu_fixed
+            parts = dataclasses.replace(parts, overhead=self._gpu_fixed + max(0.0, self._host + seqs * self._per_seq - gpu))
         engine = (
             (
                 _softmax(parts.linear_compute, parts.linear_memory)
