@@ -21,6 +21,7 @@ from core.deploy import (
     requests_json,
     resolve_image,
 )
+from core.deploy.containers import KNOBS
 from core.deploy.secrets import Redactor, SecretRef, mask
 from core.errors import BadInput
 from core.spec.serving import ServerConfig
@@ -61,17 +62,8 @@ def test_lmi_maps_every_knob():
         "OPTION_ENABLE_PREFIX_CACHING": "false",
         "OPTION_DATA_PARALLEL_SIZE": "2",
     }
-    assert {m.knob for m in rep if m.status == "exact"} == {
-        "tp",
-        "dp",
-        "max_num_batched_tokens",
-        "max_num_seqs",
-        "max_model_len",
-        "gpu_memory_utilization",
-        "quantization",
-        "kv_cache_dtype",
-        "enable_prefix_caching",
-    }
+    assert {m.knob for m in rep if m.status == "exact"} == set(KNOBS)
+    assert len(KNOBS) == 9  # every tuned knob, listed in core.deploy.containers
     assert check_knobs(TUNED, env, rep) == []
 
 

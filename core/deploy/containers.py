@@ -106,91 +106,98 @@ def _extra_conflict(cfg: ServerConfig) -> None:
             raise BadInput(f"extra argument {k!r} duplicates the tuned knob {aliases.get(s, s)}", "set it through the knob, not extra_args")
 
 
+class _EnvReport:
+    """A container's environment and the report of where each knob went, built together."""
+
+    def __init__(self, **env: str):
+        self.env: dict[str, str] = dict(env)
+        self.rep: list[KnobMapping] = []
+
+    def put(self, knob: str, value: Any, var: str, status="exact", note="", env_value: str | None = None) -> None:
+        self.env[var] = env_value if env_value is not None else _s(value)
+        self.rep.append(KnobMapping(knob=knob, value=value, variable=var, env_value=self.env[var], status=status, note=note))
+
+    def default(self, knob: str, value: Any = None) -> None:
+        """The trial left the knob unset: the container's engine default applies."""
+        self.rep.append(KnobMapping(knob=knob, value=value, status="default"))
+
+    def put_set(self, knob: str, value: Any, var: str, **kw) -> None:
+        """``put`` when the trial set the knob (not None), else the default entry."""
+        if value is not None:
+            self.put(knob, value, var, **kw)
+        else:
+            self.default(knob)
+
+    def drop(self, knob: str, value: Any, note: str) -> None:
+        self.rep.append(KnobMapping(knob=knob, value=value, status="dropped", note=note))
+
+    def result(self) -> tuple[dict[str, str], list[KnobMapping]]:
+        return self.env, self.rep
+
+
 # ---- LMI -------------------------------------------------------------------------------
 def lmi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
-    env: dict[str, str] = {"HF_MODEL_ID": cfg.model}
-    rep: list[KnobMapping] = []
-
-    def put(knob: str, value: Any, var: str, status="exact", note=""):
-        env[var] = _s(value)
-        rep.append(KnobMapping(knob=knob, value=value, variable=var, env_value=env[var], status=status, note=note))
-
-    put("tp", cfg.tp, "OPTION_TENSOR_PARALLEL_DEGREE")
+    out = _EnvReport(HF_MODEL_ID=cfg.model)
+    out.put("tp", cfg.tp, "OPTION_TENSOR_PARALLEL_DEGREE")
     # Always explicit: LMI's default is 256 before v17 and 32 from v17 (async mode).
-    put(
+    out.put(
         "max_num_seqs",
         cfg.seqs,
         "OPTION_MAX_ROLLING_BATCH_SIZE",
         note="" if cfg.max_num_seqs else "vLLM's default 256, set explicitly: LMI v17+ would use 32",
     )
-    if cfg.max_num_batched_tokens is not None:
-        put("max_num_batched_tokens", cfg.max_num_batched_tokens, "OPTION_MAX_NUM_BATCHED_TOKENS")
-    else:
-        rep.append(KnobMapping(knob="max_num_batched_tokens", value=None, status="default"))
-    if cfg.max_model_len is not None:
-        put("max_model_len", cfg.max_model_len, "OPTION_MAX_MODEL_LEN")
-    else:
-        rep.append(KnobMapping(knob="max_model_len", value=None, status="default"))
-    put("gpu_memory_utilization", cfg.gpu_memory_utilization, "OPTION_GPU_MEMORY_UTILIZATION")
+    out.put_set("max_num_batched_tokens", cfg.max_num_batched_tokens, "OPTION_MAX_NUM_BATCHED_TOKENS")
+    out.put_set("max_model_len", cfg.max_model_len, "OPTION_MAX_MODEL_LEN")
+    out.put("gpu_memory_utilization", cfg.gpu_memory_utilization, "OPTION_GPU_MEMORY_UTILIZATION")
     if cfg.quantization:
-        put("quantization", cfg.quantization, "OPTION_QUANTIZE")
+        out.put("quantization", cfg.quantization, "OPTION_QUANTIZE")
     else:
-        rep.append(KnobMapping(knob="quantization", value=None, status="default"))
+        out.default("quantization")
     if cfg.kv_cache_dtype != "auto":
-        put("kv_cache_dtype", cfg.kv_cache_dtype, "OPTION_KV_CACHE_DTYPE", note="vLLM EngineArgs pass-through")
+        out.put("kv_cache_dtype", cfg.kv_cache_dtype, "OPTION_KV_CACHE_DTYPE", note="vLLM EngineArgs pass-through")
     else:
-        rep.append(KnobMapping(knob="kv_cache_dtype", value="auto", status="default"))
+        out.default("kv_cache_dtype", "auto")
     # Explicit either way: the default has changed across vLLM versions.
-    put(
+    out.put(
         "enable_prefix_caching",
         cfg.enable_prefix_caching,
         "OPTION_ENABLE_PREFIX_CACHING",
         note="vLLM EngineArgs pass-through; false becomes --no-enable-prefix-caching",
     )
     if cfg.dp > 1:
-        put("dp", cfg.dp, "OPTION_DATA_PARALLEL_SIZE", note="vLLM EngineArgs pass-through")
+        out.put("dp", cfg.dp, "OPTION_DATA_PARALLEL_SIZE", note="vLLM EngineArgs pass-through")
     else:
-        rep.append(KnobMapping(knob="dp", value=1, status="default"))
+        out.default("dp", 1)
     for k, v in cfg.extra_args.items():
-        env[f"OPTION_{_snake(k).upper()}"] = _s(v)
-    return env, rep
+        out.env[f"OPTION_{_snake(k).upper()}"] = _s(v)
+    return out.result()
 
 
 # ---- SageMaker vLLM DLC ------------------------------------------------------------------
 def vllm_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
-    env: dict[str, str] = {"SM_VLLM_MODEL": cfg.model}
-    rep: list[KnobMapping] = []
-
-    def put(knob: str, value: Any, var: str, status="exact", note="", env_value: str | None = None):
-        env[var] = env_value if env_value is not None else _s(value)
-        rep.append(KnobMapping(knob=knob, value=value, variable=var, env_value=env[var], status=status, note=note))
-
-    put("tp", cfg.tp, "SM_VLLM_TENSOR_PARALLEL_SIZE")
+    out = _EnvReport(SM_VLLM_MODEL=cfg.model)
+    out.put("tp", cfg.tp, "SM_VLLM_TENSOR_PARALLEL_SIZE")
     if cfg.dp > 1:
-        put("dp", cfg.dp, "SM_VLLM_DATA_PARALLEL_SIZE")
+        out.put("dp", cfg.dp, "SM_VLLM_DATA_PARALLEL_SIZE")
     else:
-        rep.append(KnobMapping(knob="dp", value=1, status="default"))
+        out.default("dp", 1)
     for knob, var in (
         ("max_num_batched_tokens", "SM_VLLM_MAX_NUM_BATCHED_TOKENS"),
         ("max_num_seqs", "SM_VLLM_MAX_NUM_SEQS"),
         ("max_model_len", "SM_VLLM_MAX_MODEL_LEN"),
         ("quantization", "SM_VLLM_QUANTIZATION"),
     ):
-        v = getattr(cfg, knob)
-        if v is not None:
-            put(knob, v, var)
-        else:
-            rep.append(KnobMapping(knob=knob, value=None, status="default"))
-    put("gpu_memory_utilization", cfg.gpu_memory_utilization, "SM_VLLM_GPU_MEMORY_UTILIZATION")
+        out.put_set(knob, getattr(cfg, knob), var)
+    out.put("gpu_memory_utilization", cfg.gpu_memory_utilization, "SM_VLLM_GPU_MEMORY_UTILIZATION")
     if cfg.kv_cache_dtype != "auto":
-        put("kv_cache_dtype", cfg.kv_cache_dtype, "SM_VLLM_KV_CACHE_DTYPE")
+        out.put("kv_cache_dtype", cfg.kv_cache_dtype, "SM_VLLM_KV_CACHE_DTYPE")
     else:
-        rep.append(KnobMapping(knob="kv_cache_dtype", value="auto", status="default"))
+        out.default("kv_cache_dtype", "auto")
     # "false" would omit the flag and leave vLLM's default (on); the negated flag turns it off.
     if cfg.enable_prefix_caching:
-        put("enable_prefix_caching", True, "SM_VLLM_ENABLE_PREFIX_CACHING")
+        out.put("enable_prefix_caching", True, "SM_VLLM_ENABLE_PREFIX_CACHING")
     else:
-        put(
+        out.put(
             "enable_prefix_caching",
             False,
             "SM_VLLM_NO_ENABLE_PREFIX_CACHING",
@@ -200,10 +207,10 @@ def vllm_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
     for k, v in cfg.extra_args.items():
         name = _snake(k).upper()
         if v is False:
-            env[f"SM_VLLM_NO_{name}"] = "true"
+            out.env[f"SM_VLLM_NO_{name}"] = "true"
         else:
-            env[f"SM_VLLM_{name}"] = _s(v)
-    return env, rep
+            out.env[f"SM_VLLM_{name}"] = _s(v)
+    return out.result()
 
 
 # ---- TGI ---------------------------------------------------------------------------------
@@ -212,47 +219,32 @@ _TGI_KV = {"fp8", "fp8_e4m3fn", "fp8_e5m2"}
 
 
 def tgi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
-    env: dict[str, str] = {"HF_MODEL_ID": cfg.model}
-    rep: list[KnobMapping] = []
-
-    def put(knob: str, value: Any, var: str, status="exact", note="", env_value: str | None = None):
-        env[var] = env_value if env_value is not None else _s(value)
-        rep.append(KnobMapping(knob=knob, value=value, variable=var, env_value=env[var], status=status, note=note))
-
-    def drop(knob: str, value: Any, note: str):
-        rep.append(KnobMapping(knob=knob, value=value, status="dropped", note=note))
-
-    put("tp", cfg.tp, "SM_NUM_GPUS", note="the TGI entrypoint maps it to NUM_SHARD")
+    out = _EnvReport(HF_MODEL_ID=cfg.model)
+    out.put("tp", cfg.tp, "SM_NUM_GPUS", note="the TGI entrypoint maps it to NUM_SHARD")
     if cfg.dp > 1:
-        drop("dp", cfg.dp, "TGI has no data parallelism; deploy dp=1 copies instead")
+        out.drop("dp", cfg.dp, "TGI has no data parallelism; deploy dp=1 copies instead")
     else:
-        rep.append(KnobMapping(knob="dp", value=1, status="default"))
-    if cfg.max_num_batched_tokens is not None:
-        put(
-            "max_num_batched_tokens",
-            cfg.max_num_batched_tokens,
-            "MAX_BATCH_PREFILL_TOKENS",
-            status="approximate",
-            note="TGI budgets prefill tokens per batch; vLLM budgets all tokens per step",
-        )
-    else:
-        rep.append(KnobMapping(knob="max_num_batched_tokens", value=None, status="default"))
-    if cfg.max_num_seqs is not None:
-        put(
-            "max_num_seqs",
-            cfg.max_num_seqs,
-            "MAX_BATCH_SIZE",
-            status="approximate",
-            note="TGI enforces MAX_BATCH_SIZE only on hardware without unpadded inference; on CUDA the batch is bounded by MAX_BATCH_TOTAL_TOKENS",
-        )
-    else:
-        rep.append(KnobMapping(knob="max_num_seqs", value=None, status="default"))
+        out.default("dp", 1)
+    out.put_set(
+        "max_num_batched_tokens",
+        cfg.max_num_batched_tokens,
+        "MAX_BATCH_PREFILL_TOKENS",
+        status="approximate",
+        note="TGI budgets prefill tokens per batch; vLLM budgets all tokens per step",
+    )
+    out.put_set(
+        "max_num_seqs",
+        cfg.max_num_seqs,
+        "MAX_BATCH_SIZE",
+        status="approximate",
+        note="TGI enforces MAX_BATCH_SIZE only on hardware without unpadded inference; on CUDA the batch is bounded by MAX_BATCH_TOTAL_TOKENS",
+    )
     if cfg.max_model_len is not None:
-        put("max_model_len", cfg.max_model_len, "MAX_TOTAL_TOKENS", note="input + output")
-        env["MAX_INPUT_TOKENS"] = str(max(1, cfg.max_model_len - 1))
+        out.put("max_model_len", cfg.max_model_len, "MAX_TOTAL_TOKENS", note="input + output")
+        out.env["MAX_INPUT_TOKENS"] = str(max(1, cfg.max_model_len - 1))
     else:
-        rep.append(KnobMapping(knob="max_model_len", value=None, status="default"))
-    put(
+        out.default("max_model_len")
+    out.put(
         "gpu_memory_utilization",
         cfg.gpu_memory_utilization,
         "CUDA_MEMORY_FRACTION",
@@ -261,21 +253,21 @@ def tgi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
     )
     if cfg.quantization:
         if cfg.quantization.lower() in _TGI_QUANT:
-            put("quantization", cfg.quantization, "HF_MODEL_QUANTIZE", note="the entrypoint maps it to QUANTIZE")
+            out.put("quantization", cfg.quantization, "HF_MODEL_QUANTIZE", note="the entrypoint maps it to QUANTIZE")
         else:
-            drop("quantization", cfg.quantization, f"TGI has no {cfg.quantization!r} quantization")
+            out.drop("quantization", cfg.quantization, f"TGI has no {cfg.quantization!r} quantization")
     else:
-        rep.append(KnobMapping(knob="quantization", value=None, status="default"))
+        out.default("quantization")
     if cfg.kv_cache_dtype != "auto":
         kv = {"fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2"}.get(cfg.kv_cache_dtype, cfg.kv_cache_dtype)
         if kv in _TGI_KV:
-            put("kv_cache_dtype", cfg.kv_cache_dtype, "KV_CACHE_DTYPE", env_value=kv)
+            out.put("kv_cache_dtype", cfg.kv_cache_dtype, "KV_CACHE_DTYPE", env_value=kv)
         else:
-            drop("kv_cache_dtype", cfg.kv_cache_dtype, "TGI's KV_CACHE_DTYPE takes fp8 or fp8_e5m2")
+            out.drop("kv_cache_dtype", cfg.kv_cache_dtype, "TGI's KV_CACHE_DTYPE takes fp8 or fp8_e5m2")
     else:
-        rep.append(KnobMapping(knob="kv_cache_dtype", value="auto", status="default"))
+        out.default("kv_cache_dtype", "auto")
     # TGI 3 reads PREFIX_CACHING from the environment (on by default with flashinfer).
-    put(
+    out.put(
         "enable_prefix_caching",
         cfg.enable_prefix_caching,
         "PREFIX_CACHING",
@@ -284,8 +276,8 @@ def tgi_env(cfg: ServerConfig) -> tuple[dict[str, str], list[KnobMapping]]:
         note="TGI 3 server env var [uncertain]",
     )
     for k, v in cfg.extra_args.items():
-        env[_snake(k).upper()] = _s(v)
-    return env, rep
+        out.env[_snake(k).upper()] = _s(v)
+    return out.result()
 
 
 MAPPERS = {"lmi": lmi_env, "vllm": vllm_env, "tgi": tgi_env}

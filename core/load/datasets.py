@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import Callable
 
 import numpy as np
 
@@ -58,37 +58,27 @@ class Prompt:
     messages: list[dict] | None = None
 
 
-class _HFTokenizer(Protocol):
-    """What knee calls on a ``transformers`` tokenizer (imported lazily, so not named here)."""
-
-    def encode(self, text: str, /, *, add_special_tokens: bool) -> list[int]: ...
-
-    def decode(self, _token_ids: list[int], /, *, skip_special_tokens: bool) -> str | list[str]: ...
-
-
 @dataclass
 class Tokenizer:
-    """``encode``/``decode`` without special tokens; ``exact`` is False for the word fallback."""
+    """``encode``/``decode`` without special tokens; ``exact`` is False for the word fallback.
+
+    The two functions default to the word fallback; :func:`load_tokenizer` binds a
+    ``transformers`` tokenizer's own with its special-token flags fixed."""
 
     name: str
     exact: bool
     note: str = ""
-    _hf: _HFTokenizer | None = field(default=None, repr=False)
+    _encode: Callable[[str], list[int]] = field(default=lambda text: _word_ids(text), repr=False)
+    _decode: Callable[[list[int]], str] = field(default=lambda ids: _word_decode(ids), repr=False)
 
     def encode(self, text: str) -> list[int]:
-        if self._hf is not None:
-            return self._hf.encode(text, add_special_tokens=False)
-        return _word_ids(text)
+        return self._encode(text)
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
     def decode(self, ids) -> str:
-        if self._hf is not None:
-            text = self._hf.decode(list(ids), skip_special_tokens=True)
-            assert isinstance(text, str)  # one sequence of ids decodes to one string (a batch to a list)
-            return text
-        return _word_decode(ids)
+        return self._decode(list(ids))
 
 
 # --- word fallback: ids index a vocabulary built from the corpus plus anything seen since ---
@@ -121,6 +111,22 @@ def word_tokenizer(note: str = "") -> Tokenizer:
     )
 
 
+def _hf_encoder(hf) -> Callable[[str], list[int]]:
+    def encode(text: str) -> list[int]:
+        return hf.encode(text, add_special_tokens=False)
+
+    return encode
+
+
+def _hf_decoder(hf) -> Callable[[list[int]], str]:
+    def decode(ids: list[int]) -> str:
+        text = hf.decode(ids, skip_special_tokens=True)
+        assert isinstance(text, str)  # one sequence of ids decodes to one string (a batch to a list)
+        return text
+
+    return decode
+
+
 def load_tokenizer(model: str | None, *, allow_download: bool = False, trust_remote_code: bool = False) -> Tokenizer:
     """The model's tokenizer from ``transformers`` (local path, HF cache, hub if allowed), else
     the word fallback with a note saying why."""
@@ -149,7 +155,7 @@ def load_tokenizer(model: str | None, *, allow_download: bool = False, trust_rem
     for name, kw in attempts:
         try:
             hf = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code, **kw)
-            return Tokenizer(name=name, exact=True, _hf=hf)
+            return Tokenizer(name=name, exact=True, _encode=_hf_encoder(hf), _decode=_hf_decoder(hf))
         except Exception as e:  # noqa: BLE001 - transformers raises OSError, ValueError, hub errors, ...
             # Not silent: the fallback's note below names the error, and the user is told to
             # pass --tokenizer.
@@ -175,7 +181,8 @@ _corpus_ids_cache: dict[int, np.ndarray] = {}
 
 
 def _corpus_ids(tok: Tokenizer) -> np.ndarray:
-    key = id(tok._hf) if tok._hf is not None else 0
+    # Keyed by the function object: one per loaded tokenizer, the shared default for the fallback.
+    key = id(tok._encode)
     ids = _corpus_ids_cache.get(key)
     if ids is None:
         ids = _corpus_ids_cache[key] = np.asarray(tok.encode(corpus_text().replace("\n", " ")), dtype=np.int64)

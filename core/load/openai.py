@@ -44,6 +44,7 @@ import time
 from typing import Any
 
 from core.load.datasets import Prompt
+from core.load.request_body import streaming_request
 from core.load.transport import Transport, TransportError, make_transport
 from core.spec.records import RequestRecord
 
@@ -137,25 +138,15 @@ class OpenAITarget:
             await self.transport.close()
 
     def body(self, prompt: Prompt) -> bytes:
-        stream_options: dict[str, Any] = {"include_usage": True}
-        if self.per_chunk_usage:
-            stream_options["continuous_usage_stats"] = True
-        b: dict[str, Any] = {"model": self.model, "stream": True, "stream_options": stream_options}
-        if self.temperature is not None:
-            # Unset by default, like vllm bench serve (which stopped forcing greedy): with
-            # greedy decoding a model can emit tokens whose text the server holds back and
-            # sends in a burst later, which moves TTFT and TPOT (seen on the tiny test model).
-            b["temperature"] = self.temperature
-        if self.api == "chat":
-            b["messages"] = prompt.messages or [{"role": "user", "content": prompt.text}]
-            b["max_completion_tokens"] = prompt.output_tokens
-        else:
-            b["prompt"] = prompt.text
-            b["max_tokens"] = prompt.output_tokens
-        if self.ignore_eos:
-            # vLLM extension: exact OSL. Other servers ignore unknown fields or reject them;
-            # the user can turn it off (--no-ignore-eos).
-            b["ignore_eos"] = True
+        b = streaming_request(
+            prompt,
+            api=self.api,
+            model=self.model,
+            temperature=self.temperature,
+            per_chunk_usage=self.per_chunk_usage,
+            ignore_eos=self.ignore_eos,
+            chat_max_key="max_completion_tokens",
+        )
         b.update(self.extra_body)
         return json.dumps(b).encode()
 

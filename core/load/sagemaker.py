@@ -33,6 +33,7 @@ from typing import Any
 
 from core.load.datasets import Prompt
 from core.load.openai import SSEParser
+from core.load.request_body import streaming_request
 from core.spec.records import RequestRecord
 
 
@@ -193,22 +194,16 @@ class SageMakerTarget:
             if self.ignore_eos:
                 params["ignore_eos"] = True
             return json.dumps({"inputs": prompt.text, "parameters": params, "stream": True}).encode()
-        stream_options: dict[str, Any] = {"include_usage": True}
-        if self.per_chunk_usage:
-            stream_options["continuous_usage_stats"] = True
-        b: dict[str, Any] = {"stream": True, "stream_options": stream_options}
-        if self.temperature is not None:
-            b["temperature"] = self.temperature
-        if self.model:
-            b["model"] = self.model
-        if self.api == "chat":
-            b["messages"] = prompt.messages or [{"role": "user", "content": prompt.text}]
-            b["max_tokens"] = prompt.output_tokens
-        else:
-            b["prompt"] = prompt.text
-            b["max_tokens"] = prompt.output_tokens
-        if self.ignore_eos:
-            b["ignore_eos"] = True
+        # max_tokens for chat as well (not max_completion_tokens), as this target always sent.
+        b = streaming_request(
+            prompt,
+            api=self.api,
+            model=self.model or None,
+            temperature=self.temperature,
+            per_chunk_usage=self.per_chunk_usage,
+            ignore_eos=self.ignore_eos,
+            chat_max_key="max_tokens",
+        )
         return json.dumps(b).encode()
 
     def _invoke(self, body: bytes, rec: RequestRecord, t0: float):

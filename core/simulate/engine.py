@@ -63,6 +63,8 @@ class Replica:
         max_num_batched_tokens: int,
         prefix_caching: bool,
         on_finish,
+        *,
+        scheduler_steps: int = 1,
     ):
         self.index = index
         self.reqs = reqs
@@ -75,6 +77,9 @@ class Replica:
         self.prefix_cached = False  # the shared prefix's blocks are in this replica's cache
         self.pinned = 0  # blocks the cached prefix holds for good
         self.on_finish = on_finish  # callback(rid, engine_time) when a request completes
+        # Decode steps per scheduling decision: more than 1 only under V0's multi-step
+        # scheduling (the V0 subclass reads it); V1 decides every step.
+        self.scheduler_steps = max(1, int(scheduler_steps))
 
         self.t = 0.0  # engine clock: when the next step may start
         self.step = 0  # steps run

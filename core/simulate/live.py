@@ -24,7 +24,7 @@ from core.errors import BadInput
 from core.estimate.costmodel import CostModel
 from core.simulate.engine import Replica
 from core.simulate.requests import DECODE, DONE, FAILED, Requests
-from core.simulate.scheduler_v0 import new_replica
+from core.simulate.scheduler_v0 import replica_class
 from core.simulate.feasibility import apply_quantization, check_config, scheduler_generation
 from core.spec.engine_defaults import with_engine_defaults
 from core.spec.serving import ServerConfig
@@ -73,8 +73,8 @@ class LiveSim:
         blocks = self.memory.kv_tokens // 16
         max_tokens = config.max_num_batched_tokens or (max(self.max_len, 2048) if v0 else config.batched_tokens)
         self.replicas = [
-            new_replica(
-                i, self.reqs, self.cost, blocks, config.seqs, max_tokens, config.enable_prefix_caching, self._on_finish, v0=v0, scheduler_steps=steps
+            replica_class(v0)(
+                i, self.reqs, self.cost, blocks, config.seqs, max_tokens, config.enable_prefix_caching, self._on_finish, scheduler_steps=steps
             )
             for i in range(config.dp)
         ]

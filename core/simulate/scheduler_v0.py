@@ -14,30 +14,14 @@ preempted), where V1 keeps the running batch and makes arrivals wait.
 from __future__ import annotations
 
 from core.simulate.engine import Replica
-from core.simulate.requests import BLOCK, Requests
+from core.simulate.requests import BLOCK
 
 
 class V0Replica(Replica):
     """One engine under the V0 scheduler (``scheduler_steps`` decode steps per decision)."""
 
     v0 = True
-
-    def __init__(
-        self,
-        index: int,
-        reqs: Requests,
-        cost,
-        total_blocks: int,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        prefix_caching: bool,
-        on_finish,
-        scheduler_steps: int = 1,
-    ):
-        super().__init__(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching, on_finish)
-        self.watermark = int(0.01 * total_blocks)  # V0 keeps 1% of blocks free for decodes
-        self.scheduler_steps = max(1, int(scheduler_steps))
-        self.group_left = 0  # decode steps left in the current multi-step group
+    group_left = 0  # decode steps left in the current multi-step group (set per instance once used)
 
     def run_step(self) -> bool:
         """Schedule and run one step at ``self.t``, prefill-first. Returns False when nothing
@@ -50,6 +34,7 @@ class V0Replica(Replica):
         # Prefill-first: waiting prompts, whole, at a scheduling point (not inside a
         # multi-step decode group).
         if waiting and self.group_left == 0:
+            watermark = int(0.01 * self.total_blocks)  # V0 keeps 1% of blocks free for decodes
             sched: list[tuple[int, int]] = []
             tokens = 0
             p_attn = 0.0
@@ -62,7 +47,7 @@ class V0Replica(Replica):
                 if sched and tokens + new > self.max_tokens:
                     break
                 nb = -(-target // BLOCK) - hit // BLOCK
-                if nb > self.free - self.watermark:
+                if nb > self.free - watermark:
                     break
                 self._admit(rid, hit, nb)
                 tokens += new
@@ -89,21 +74,7 @@ class V0Replica(Replica):
         return True
 
 
-def new_replica(
-    index: int,
-    reqs: Requests,
-    cost,
-    total_blocks: int,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    prefix_caching: bool,
-    on_finish,
-    *,
-    v0: bool = False,
-    scheduler_steps: int = 1,
-) -> Replica:
-    """A replica under the scheduler the engine version runs (see
+def replica_class(v0: bool) -> type[Replica]:
+    """The replica class of the scheduler the engine version runs (``v0`` from
     :func:`core.simulate.feasibility.scheduler_generation`)."""
-    if v0:
-        return V0Replica(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching, on_finish, scheduler_steps)
-    return Replica(index, reqs, cost, total_blocks, max_num_seqs, max_num_batched_tokens, prefix_caching, on_finish)
+    return V0Replica if v0 else Replica

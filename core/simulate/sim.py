@@ -56,7 +56,7 @@ from core.load.schedule import arrival_times
 from core.simulate.client import SimClient
 from core.simulate.engine import Replica
 from core.simulate.requests import BLOCK, Requests
-from core.simulate.scheduler_v0 import new_replica
+from core.simulate.scheduler_v0 import replica_class
 
 # Callers import these from here too (core.simulate, the sweep, the live server's tests).
 from core.simulate.feasibility import InfeasibleConfig, apply_quantization, check_config, scheduler_generation
@@ -183,7 +183,7 @@ def simulate_detailed(
     max_tokens = config.max_num_batched_tokens or (max(mem.max_model_len, 2048) if v0 else config.batched_tokens)
     sim = SimClient(reqs, [], cost, mem.max_model_len, router)
     sim.replicas = [
-        new_replica(
+        replica_class(v0)(
             i,
             reqs,
             cost,
@@ -192,7 +192,6 @@ def simulate_detailed(
             max_tokens,
             config.enable_prefix_caching,
             sim.finished,
-            v0=v0,
             scheduler_steps=steps,
         )
         for i in range(config.dp)
