@@ -87,6 +87,27 @@ def test_bundled_prices_cover_every_g_size_and_say_where_they_come_from():
     assert table["ml.p5e.48xlarge"].price_per_hour is None
 
 
+def test_every_bundled_price_is_dated_uncertain_and_every_p_price_names_its_source(monkeypatch):
+    """Issue 13: a bundled price is read from somewhere, never guessed. In every region each one
+    carries its date and stays marked uncertain, and each P-type price names where it was read
+    (the g5/g6/g6e us-east-1 ones share the file header's source). No P type has a us-west-2
+    price: none was found, so it is excluded there rather than given another region's."""
+    monkeypatch.delenv("KNEE_CATALOG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")
+    hw_mod._load.cache_clear()
+    priced = [(r, i) for r in hw_mod.regions() for i in hw_mod.instances_in(r).values() if i.price_per_hour is not None]
+    assert len(priced) >= 40
+    for region, inst in priced:
+        assert inst.price_date and "price_per_hour" in inst.uncertain, (region, inst.name)
+        if inst.name.startswith("ml.p"):
+            assert inst.price_source != "bundled default", (region, inst.name)
+    west = hw_mod.instances_in("us-west-2")
+    assert all(i.price_per_hour is None for n, i in west.items() if n.startswith("ml.p"))
+    # p4d and p5.48xlarge: the fmbench copy of the pre-2025 list price, not a guess.
+    for name, price in (("ml.p4d.24xlarge", 37.688), ("ml.p5.48xlarge", 113.068)):
+        assert instances()[name].price_per_hour == pytest.approx(price) and "fmbench" in instances()[name].price_source
+
+
 def test_second_region_prices_only_what_it_has(monkeypatch):
     monkeypatch.delenv("KNEE_CATALOG", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent")
