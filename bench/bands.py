@@ -33,7 +33,9 @@ def write_bands(results: list[dict], out: str, paths: list[str], key: str = "kne
         bands[m] = {"low_ratio": round(float(lo), 4), "high_ratio": round(float(hi), 4), "rows": len(ratios)}
     doc = {
         "what": "10th/90th percentile of measured/predicted per metric (bench/bands.py)",
-        "predictions": "leave-one-source-out" if key == "knee_loso" else "shipped estimator, rows it was not tuned to",
+        "predictions": "leave-one-source-out"
+        if key == "knee_loso"
+        else "shipped estimator; of its parameters only NVLink all-reduce and SGLang request_ms were set on these rows",
         "files": [Path(p).name for p in paths],
         "date": datetime.date.today().isoformat(),
         "bands": bands,

@@ -87,6 +87,10 @@ ARCH_FIELDS = {
 }
 LINK_FIELDS = {"link_eff": (0.05, 1.0), "allreduce_us": (1.0, 300.0)}
 ENGINE_FIELDS = {"step_us": (20.0, 10000.0), "stream_token_us": (10.0, 1000.0)}
+# Fitted for one engine only: SGLang's time before a request's first token beyond its prefill
+# (tokenizer manager, scheduler and detokenizer processes), which no datasheet gives and which
+# three published SGLang sources measure (datacrunch, gpustack, sglcookbook).
+SINGLE_FIELDS = {"engine.sglang.request_ms": (1.0, 500.0)}
 CAP = math.log(3.0)
 # The prior: each parameter's hand-set (datasheet / literature) value, with a log-normal
 # spread of PRIOR_SIGMA. Moving a parameter by a factor r costs
@@ -108,6 +112,7 @@ PRIOR_SIGMA_BY_NAME = {
     "interconnect.pcie-host.allreduce_us": 1.0,
     "engine.vllm.stream_token_us": 1.0,
     "interconnect.nvlink.allreduce_us": 1.0,
+    "engine.sglang.request_ms": 1.0,
 }
 
 
@@ -116,7 +121,12 @@ PRIOR_SIGMA_BY_NAME = {
 # its prior. (Every other prior is the hand-set calibration.toml value.)
 # NVLink's all-reduce cost was set on published TP2-8 rows (calibration.toml), so its prior is
 # the earlier 5 us (the kernels' own latency) with a wide spread.
-PRIOR_OVERRIDES = {"interconnect.pcie-host.link_eff": 0.13, "interconnect.pcie-host.allreduce_us": 60.0, "interconnect.nvlink.allreduce_us": 5.0}
+PRIOR_OVERRIDES = {
+    "interconnect.pcie-host.link_eff": 0.13,
+    "interconnect.pcie-host.allreduce_us": 60.0,
+    "interconnect.nvlink.allreduce_us": 5.0,
+    "engine.sglang.request_ms": 10.0,
+}
 # Priors measured on a GPU (bench/kernel_priors.py: Hopper's five efficiencies from
 # bench/gpu_kernels.py on an H100 and an H200) replace the hand-set ones, so leave-one-source-out
 # on Hopper rows no longer starts from values people chose while looking at those rows.
@@ -149,6 +159,9 @@ def parameters() -> dict[str, tuple[float, float, float]]:
                 if f in tab:
                     key = f"{sec}.{name}.{f}"
                     out[key] = (float(priors.get(key, tab[f])), lo, hi)
+    for key, (lo, hi) in SINGLE_FIELDS.items():
+        sec, name, f = key.split(".")
+        out[key] = (float(priors.get(key, cal[sec][name][f])), lo, hi)
     return out
 
 

@@ -117,7 +117,7 @@ def test_the_prior_holds_parameters_that_the_rows_barely_move(monkeypatch):
     assert fit.prior_cost(0.5, 0.5) == 0.0
     assert fit.prior_cost(0.6, 0.5) > 0 and fit.prior_cost(0.5 / 1.2, 0.5) == pytest.approx(fit.prior_cost(0.6, 0.5))
     # PCIe all-reduce has no datasheet value: its spread is wider, so moving it costs less
-    assert fit.prior_cost(60.0, 30.0, "interconnect.pcie.allreduce_us") < fit.prior_cost(10.0, 5.0, "interconnect.nvlink.allreduce_us")
+    assert fit.prior_cost(60.0, 30.0, "interconnect.pcie.allreduce_us") < fit.prior_cost(0.8, 0.4, "interconnect.nvlink.link_eff")
     its, _ = fit.items(ROWS)
     monkeypatch.setattr(fit, "PRIOR_WEIGHT", 0.0)
     free = fit.fit(its)

@@ -184,3 +184,15 @@ def test_async_scheduling_hides_host_work_behind_the_gpu_step():
         assert recombined == pytest.approx(bd.total, rel=1e-12)
     # A big decode step is GPU-bound: the whole host part hides behind it.
     assert sync.step_time(big) - overlapped.step_time(big) == pytest.approx(host + 256 * seq, rel=1e-9)
+
+
+def test_engine_profiles_by_version():
+    """The profile follows the engine's release: SGLang before 0.4 answers a request faster
+    than 0.4 and later (fitted on three published SGLang sources); vLLM 0.14 and later
+    overlap the host's step work; unknown versions take the current profile."""
+    from core.estimate.costmodel import engine_profile
+
+    assert engine_profile("sglang", "0.3.0")["request_ms"] < engine_profile("sglang", "0.5.6")["request_ms"]
+    assert engine_profile("sglang", None) == engine_profile("sglang", "0.5.9")
+    assert engine_profile("vllm", "0.14.1").get("async_scheduling") == 1
+    assert engine_profile("vllm", None) == engine_profile("vllm", "0.11.0")

@@ -2,7 +2,8 @@
 
 ``bands.json`` (written by ``python -m bench.accuracy FILES --bands-out``, see bench/bands.py)
 holds, per metric, the 10th and 90th percentile of measured/predicted over published
-measurements the estimator was not tuned to. A prediction ``v`` is shown as ``v`` with a low
+measurements (bench/data/published.jsonl: of the estimator's parameters only the NVLink
+all-reduce cost and SGLang's per-request time were set on them). A prediction ``v`` is shown as ``v`` with a low
 ``v·low_ratio`` and a high ``v·high_ratio``: for latencies the high is the pessimistic edge,
 for throughputs the low is. They are wide where knee is unsure, on purpose: sizing an
 endpoint on the optimistic number under-provisions it.

@@ -120,6 +120,8 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
             # Async scheduling on by default (vLLM PR #27614, the last item of the async
             # scheduling plan, issue #27679): the host schedules step N+1 while the GPU runs N.
             name = "vllm-async"
+    if name == "sglang" and release and len(release) == 2 and release < (0, 4):
+        name = "sglang-legacy"
     if name == "nim":
         # NIM for LLMs serves pre-built TensorRT-LLM engines (its "optimized profiles") on the
         # data-center GPUs it supports, vLLM only as a generic fallback

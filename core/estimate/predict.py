@@ -246,7 +246,9 @@ class Predictor:
         if request_rate is None:
             assert concurrency is not None  # checked above: a prediction has one of the two
             if self.synchronized and concurrency / dp > 1.0:
-                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts or self.workload.num_prompts)
+                # The same rule as the steady state's first wave below: a run's first C requests
+                # weigh in only when the run's length is given (a benchmark), not in sizing.
+                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts)
             c = concurrency / dp
             n = min(c, cap)
             st = steady_state(self.shape, cm, n, budget, cached)
