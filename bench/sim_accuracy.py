@@ -66,6 +66,7 @@ ACCEPT = {"req_per_s": 0.20, "output_tok_per_s": 0.20, "ttft_ms": 0.30}
 
 def simulate_row(row: dict):
     """(simulated metrics, SimResult) for one measurement row."""
+    from core.estimate.predict import workload_max_model_len
     from core.simulate import simulate
     from core.spec.hardware import Hardware
     from core.spec.serving import LoadPoint, ServerConfig
@@ -75,15 +76,20 @@ def simulate_row(row: dict):
     notes = row.get("notes", "")
     tp, dp = R.topology(row)
     hw = Hardware(gpu=R.gpu_of(row), num_gpus=max(int(row.get("num_gpus") or 1), tp * dp))
+    workload = R.workload(row)
+    knobs = R.knobs(notes)
+    # The estimator's bench assumes the max_model_len a user would pass for the workload when
+    # the row states none; the simulator gets the same, not vLLM's model-length default, so a
+    # row the one predicts the other does not refuse (the 72B TP2 ttgpuref rows).
+    knobs.setdefault("max_model_len", workload_max_model_len(arch, workload))
     config = ServerConfig(
         model=ref,
         tp=tp,
         dp=dp,
         kv_cache_dtype=row.get("kv_dtype") or "auto",
         extra_args=R.extra_args(notes),
-        **R.knobs(notes),
+        **knobs,
     )
-    workload = R.workload(row)
     n = R.prompt_count(notes)
     if w["mode"] == "online-concurrency":
         c = int(w["concurrency"])

@@ -71,6 +71,14 @@ KV_BLOCK = 16  # vLLM's KV block (the prefix cache's granularity)
 DEFAULT_NUM_PROMPTS = 1000  # vllm bench serve / llm-optimizer default for a finite run
 
 
+def workload_max_model_len(arch: ModelArch, workload: Workload) -> int:
+    """What a user would pass as --max-model-len for this workload: the next power of two
+    over the longest request (with the shared prefix), at least 4096, never above the
+    model's own limit."""
+    need = workload.max_total_len + (int(workload.shared_prefix_len) if workload.dataset == "shared-prefix" else 0)
+    return min(arch.max_position_embeddings, max(4096, 1 << math.ceil(math.log2(max(need, 2)))))
+
+
 class Predictor:
     """Predictions for one model, GPU type, workload and engine, over server configs."""
 
@@ -109,12 +117,7 @@ class Predictor:
         self.shape = Shape(
             workload.input, workload.output, self._prepend, self.input_len, self.output_len, bool(self.profile.get("chunked_prefill", 1))
         )
-        need = workload.max_total_len + int(self._prepend)
-        if max_model_len is None:
-            # What a user would pass as --max-model-len for this workload: the next power of
-            # two over the longest request, at least 4096, never above the model's own limit.
-            max_model_len = min(arch.max_position_embeddings, max(4096, 1 << math.ceil(math.log2(max(need, 2)))))
-        self.max_model_len = max_model_len
+        self.max_model_len = max_model_len or workload_max_model_len(arch, workload)
         self._cms: dict[tuple[int, str], CostModel] = {}  # by (TP, KV dtype)
         self._mems: dict[tuple, MemoryPlan] = {}
 
