@@ -139,6 +139,29 @@ def _smoke_body(container: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": "Say hello in one short sentence."}], "max_tokens": 16, "stream": True}
 
 
+def _endpoint_calls(
+    names: _Names, variant: dict[str, Any], tags: list[dict[str, str]], ami: str | None, purpose: str, role: str | None = None
+) -> list[ApiCall]:
+    """create_endpoint_config and create_endpoint for ``variant``, the same in both styles
+    but for the config's role, which only the inference-components style puts there."""
+    variant = {**variant, "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}}
+    if ami:
+        variant["InferenceAmiVersion"] = ami
+    config: dict[str, Any] = {"EndpointConfigName": names["config"]}
+    if role is not None:
+        config["ExecutionRoleArn"] = role
+    config |= {"ProductionVariants": [variant], "Tags": tags}
+    return [
+        ApiCall(service="sagemaker", operation="create_endpoint_config", purpose=purpose, params=config),
+        ApiCall(
+            service="sagemaker",
+            operation="create_endpoint",
+            purpose="the endpoint (waits for InService)",
+            params={"EndpointName": names["endpoint"], "EndpointConfigName": names["config"], "Tags": tags},
+        ),
+    ]
+
+
 def build_plan(source: DeploySource, target: DeployTarget, image: Image | None = None) -> DeployPlan:
     """Everything needed to deploy ``source`` on ``target``, offline. Raises
     :class:`BadInput` for anything the user must fix: unknown instance or region, a copy
@@ -256,60 +279,33 @@ def build_plan(source: DeploySource, target: DeployTarget, image: Image | None =
             "Tags": tags,
         },
     )
-    variant: dict[str, Any] = {"VariantName": VARIANT, "InstanceType": inst.name, "InitialInstanceCount": sizing.instance_count}
     calls: list[ApiCall]
     if style == "single-model":
-        variant = {
+        variant: dict[str, Any] = {
             "VariantName": VARIANT,
             "ModelName": names["model"],
             "InstanceType": inst.name,
             "InitialInstanceCount": sizing.instance_count,
             "ContainerStartupHealthCheckTimeoutInSeconds": target.startup_timeout_s,
             "ModelDataDownloadTimeoutInSeconds": target.download_timeout_s,
-            "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"},
         }
-        if ami:
-            variant["InferenceAmiVersion"] = ami
-        calls = [
-            model_call,
-            ApiCall(
-                service="sagemaker",
-                operation="create_endpoint_config",
-                purpose="instance type and count",
-                params={"EndpointConfigName": names["config"], "ProductionVariants": [variant], "Tags": tags},
-            ),
-            ApiCall(
-                service="sagemaker",
-                operation="create_endpoint",
-                purpose="the endpoint (waits for InService)",
-                params={"EndpointName": names["endpoint"], "EndpointConfigName": names["config"], "Tags": tags},
-            ),
-        ]
+        calls = [model_call, *_endpoint_calls(names, variant, tags, ami, "instance type and count")]
     else:
         # Inference components: the variant holds only instances (no ModelName) and the
         # role; each copy is placed by ComputeResourceRequirements (sagemaker.md §6b).
-        variant["ManagedInstanceScaling"] = {
-            "Status": "ENABLED",
-            "MinInstanceCount": sizing.instance_count,
-            "MaxInstanceCount": max(sizing.instance_count, target.max_instance_count or 0),
+        variant = {
+            "VariantName": VARIANT,
+            "InstanceType": inst.name,
+            "InitialInstanceCount": sizing.instance_count,
+            "ManagedInstanceScaling": {
+                "Status": "ENABLED",
+                "MinInstanceCount": sizing.instance_count,
+                "MaxInstanceCount": max(sizing.instance_count, target.max_instance_count or 0),
+            },
         }
-        variant["RoutingConfig"] = {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
-        if ami:
-            variant["InferenceAmiVersion"] = ami
         calls = [
             model_call,
-            ApiCall(
-                service="sagemaker",
-                operation="create_endpoint_config",
-                purpose="instances only; copies come from the inference component",
-                params={"EndpointConfigName": names["config"], "ExecutionRoleArn": role, "ProductionVariants": [variant], "Tags": tags},
-            ),
-            ApiCall(
-                service="sagemaker",
-                operation="create_endpoint",
-                purpose="the endpoint (waits for InService)",
-                params={"EndpointName": names["endpoint"], "EndpointConfigName": names["config"], "Tags": tags},
-            ),
+            *_endpoint_calls(names, variant, tags, ami, "instances only; copies come from the inference component", role=role),
             ApiCall(
                 service="sagemaker",
                 operation="create_inference_component",

@@ -67,7 +67,7 @@ def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float 
     actually ran on this GPU at this TP outranks the estimate: then a misfit is a warning.
     Returns GiB of weights per GPU."""
     from core.catalog import get_gpu, load_model
-    from core.estimate.memory import plan_memory
+    from core.estimate.memory import plan_config_memory
     from core.spec.model import WEIGHT_BYTES
 
     cfg = src.config
@@ -78,16 +78,7 @@ def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float 
         warnings.append(f"could not read {cfg.model}'s architecture offline; memory fit not checked")
         return None
     gpu = get_gpu(inst.gpu)
-    mem = plan_memory(
-        arch,
-        gpu,
-        cfg.tp,
-        gpu_memory_utilization=cfg.gpu_memory_utilization,
-        max_model_len=cfg.max_model_len,
-        max_num_batched_tokens=cfg.batched_tokens,
-        max_num_seqs=cfg.seqs,
-        kv_dtype=cfg.kv_cache_dtype,
-    )
+    mem = plan_config_memory(arch, gpu, cfg)
     gib = mem.weight_bytes / 1024**3
     if not mem.fits:
         # Weights alone over the budget is arithmetic, not an estimate: always an error.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from core.spec.hardware import GIB, GPU
 from core.spec.model import ModelArch, kv_element_bytes
+from core.spec.serving import ServerConfig
 
 BLOCK_TOKENS = 16  # vLLM's default KV block size
 
@@ -129,4 +130,19 @@ def plan_memory(
         max_model_len=max_model_len,
         fits=reason is None,
         reason=reason,
+    )
+
+
+def plan_config_memory(arch: ModelArch, gpu: GPU, config: ServerConfig, default_max_model_len: int | None = None) -> MemoryPlan:
+    """:func:`plan_memory` at a server configuration's own knobs (the engine's defaults where
+    it leaves them unset; ``default_max_model_len``, else the model's, for max_model_len)."""
+    return plan_memory(
+        arch,
+        gpu,
+        config.tp,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        max_model_len=config.max_model_len or default_max_model_len,
+        max_num_batched_tokens=config.batched_tokens,
+        max_num_seqs=config.seqs,
+        kv_dtype=config.kv_cache_dtype,
     )

@@ -120,16 +120,21 @@ def bench_endpoint(
     """SLA search at the SLO edge, then the target rate when given."""
     probes: list[Probe] = []
 
-    def meets(c: int) -> bool:
-        args = {"max_concurrency": c, "num_prompts": prompts_per_probe(c)}
-        say(f"measuring c={c} ({args['num_prompts']} requests)")
+    def measure(args: dict[str, Any], announce: str, head: Callable[[dict[str, Any]], str]) -> Probe:
+        """Run one probe, keep it, and say what it gave: ``head`` of its summary, p99, verdict."""
+        say(announce)
         p = run_probe(target, prompts, args, slo)
         probes.append(p)
         s = p.summary
-        verdict = _verdict(p)
-        say(
-            f"  c={c}: {s.get('request_throughput', 0):.2f} req/s, {s.get('output_throughput', 0):.0f} out tok/s, "
-            f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}"
+        say(f"  {head(s)}, p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {_verdict(p)}")
+        return p
+
+    def meets(c: int) -> bool:
+        n = prompts_per_probe(c)
+        p = measure(
+            {"max_concurrency": c, "num_prompts": n},
+            f"measuring c={c} ({n} requests)",
+            lambda s: f"c={c}: {s.get('request_throughput', 0):.2f} req/s, {s.get('output_throughput', 0):.0f} out tok/s",
         )
         return p.meets_slo
 
@@ -137,14 +142,9 @@ def bench_endpoint(
     at_target = None
     if target_rps:
         n = max(prompts_per_probe(max(1, lo or 1)), 1)
-        args = {"request_rate": round(target_rps, 3), "num_prompts": n}
-        say(f"measuring the target rate {target_rps:g} req/s ({n} requests)")
-        at_target = run_probe(target, prompts, args, slo)
-        probes.append(at_target)
-        s = at_target.summary
-        verdict = _verdict(at_target)
-        say(
-            f"  {target_rps:g} req/s offered: {s.get('request_throughput', 0):.2f} req/s served, "
-            f"p99 E2E {s.get('p99_e2el_ms', float('nan')) / 1000:.2f} s; {verdict}"
+        at_target = measure(
+            {"request_rate": round(target_rps, 3), "num_prompts": n},
+            f"measuring the target rate {target_rps:g} req/s ({n} requests)",
+            lambda s: f"{target_rps:g} req/s offered: {s.get('request_throughput', 0):.2f} req/s served",
         )
     return EndpointBench(probes, lo, hi, at_target)

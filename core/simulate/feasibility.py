@@ -12,7 +12,7 @@ plan's reason), more GPUs than the hardware has, heads that do not split over TP
 from __future__ import annotations
 
 from core.errors import BadInput, RunFailed
-from core.estimate.memory import MemoryPlan, plan_memory
+from core.estimate.memory import MemoryPlan, plan_config_memory
 from core.spec.hardware import Hardware
 from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
 from core.spec.serving import ServerConfig
@@ -94,16 +94,7 @@ def check_config(arch: ModelArch, hardware: Hardware, config: ServerConfig) -> M
             "invalid configuration",
             f"max_num_batched_tokens ({config.batched_tokens}) must be at least max_num_seqs ({config.seqs})",
         )
-    mem = plan_memory(
-        arch,
-        hardware.gpu,
-        config.tp,
-        gpu_memory_utilization=config.gpu_memory_utilization,
-        max_model_len=config.max_model_len,
-        max_num_batched_tokens=config.batched_tokens,
-        max_num_seqs=config.seqs,
-        kv_dtype=config.kv_cache_dtype,
-    )
+    mem = plan_config_memory(arch, hardware.gpu, config)
     if not mem.fits:
         raise InfeasibleConfig("out of memory", mem.reason or "does not fit", mem)
     return mem

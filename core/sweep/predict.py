@@ -55,7 +55,7 @@ class SurrogatePredictor:
         return CostModel(self.arch, self.hardware.gpu, tp=tp, kv_dtype=kv_dtype)
 
     def fits(self, cfg: ServerConfig, workload: Workload | None = None) -> tuple[bool, str | None, Any]:
-        from core.estimate import plan_memory
+        from core.estimate.memory import plan_config_memory
 
         if cfg.num_gpus > self.hardware.num_gpus:
             return False, f"needs {cfg.num_gpus} GPUs (TP{cfg.tp} x DP{cfg.dp}), the hardware has {self.hardware.num_gpus}", None
@@ -70,17 +70,7 @@ class SurrogatePredictor:
                 pass  # a configuration the estimator rejects: the plain memory plan decides
             except Exception as e:  # noqa: BLE001 - an estimator bug must not stop a sweep; it is logged
                 _warn_once(self._warned, f"memory plan of TP{cfg.tp} x DP{cfg.dp}", e)
-        mml = cfg.max_model_len or (workload.max_total_len if workload else None)
-        plan = plan_memory(
-            self.arch,
-            self.hardware.gpu,
-            cfg.tp,
-            gpu_memory_utilization=cfg.gpu_memory_utilization,
-            max_model_len=mml,
-            max_num_batched_tokens=cfg.batched_tokens,
-            max_num_seqs=cfg.seqs,
-            kv_dtype=cfg.kv_cache_dtype,
-        )
+        plan = plan_config_memory(self.arch, self.hardware.gpu, cfg, workload.max_total_len if workload else None)
         return plan.fits, plan.reason, plan
 
     def _estimator(self, workload: Workload):

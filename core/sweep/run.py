@@ -44,6 +44,7 @@ from core.sweep.measure import HttpMeasurer, SimMeasurer
 from core.sweep.point import PointMeasure
 from core.sweep.space import PointPlan, TrialPlan
 from core.sweep.strategies import make_strategy
+from core.sweep.strategy_base import Strategy
 from core.sweep.summary import RunSummary, summary_dict
 from core.sweep.trial_loop import TrialLoop
 
@@ -158,6 +159,20 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
             except Exception:  # noqa: BLE001 - a display must never break a sweep (debug: the TUI owns stderr)
                 log.debug("the event display failed on %s", kind, exc_info=True)
 
+    def _emit_started(self, strategy: Strategy, resumed_points: int, **extra: Any) -> None:
+        """``study_started``, from the single runner and from each --join worker (which adds its host)."""
+        self.emit(
+            "study_started",
+            model=self.spec.model,
+            engine=self.spec.engine.kind,
+            strategy=self.spec.strategy,
+            planned_trials=len(strategy.plans),
+            planned_points=sum(len(t.points) for t in strategy.plans),
+            resumed_points=resumed_points,
+            simulated=self.spec.engine.kind == "sim",
+            **extra,
+        )
+
     # ---- hooks a --join worker overrides (core/sweep/workers.py) -------------------------------
     @property
     def worker_id(self) -> str:
@@ -197,16 +212,7 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
             self._start_watch()
             strategy = make_strategy(self.spec, self.predictor)
             done = {p.point_id: p for p in self.store.points(self.study) if p.status in ("ok", "failed")}
-            self.emit(
-                "study_started",
-                model=self.spec.model,
-                engine=self.spec.engine.kind,
-                strategy=self.spec.strategy,
-                planned_trials=len(strategy.plans),
-                planned_points=sum(len(t.points) for t in strategy.plans),
-                resumed_points=len(done),
-                simulated=self.spec.engine.kind == "sim",
-            )
+            self._emit_started(strategy, resumed_points=len(done))
             for t, reason in list(strategy.skipped):
                 self._store_skipped(t, reason)
             n_skipped_seen = len(strategy.skipped)

@@ -310,17 +310,7 @@ class JoinedRunner(Runner):
             self.store.request_state(self.study, "run")  # left by workers that are gone
         self._beat()
         self._start_watch()
-        self.emit(
-            "study_started",
-            model=self.spec.model,
-            engine=self.spec.engine.kind,
-            strategy=self.spec.strategy,
-            planned_trials=len(strategy.plans),
-            planned_points=sum(len(t.points) for t in strategy.plans),
-            resumed_points=len(self.store.points(self.study)),
-            simulated=self.spec.engine.kind == "sim",
-            host=self.me.host,
-        )
+        self._emit_started(strategy, resumed_points=len(self.store.points(self.study)), host=self.me.host)
 
     def _db(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
         """A lease function on the store, waiting out an outage of it."""
