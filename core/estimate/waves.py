@@ -54,7 +54,7 @@ def wave(
     cached: float,
     num_prompts: float | None = None,
 ) -> Prediction:
-    """Closed loop with fixed lengths, ``num_prompts`` requests in all (None: ten cycles).
+    """Closed loop with fixed lengths, ``num_prompts`` requests in all (None: production, no first wave).
     The first ``w`` requests start together: all prompts prefill in budget-sized steps,
     then all decode, each finishing ``dec`` steps after its first token. The client's next
     requests therefore arrive staggered, one prefill chunk apart, and each waits only for
@@ -96,8 +96,9 @@ def wave(
     # (never less than its prompt alone takes, never more than the first wave waited).
     alone = prefill_step_seconds(cm, min(Ic, per_step), I, cached, Ic) * math.ceil(Ic / per_step - 1e-9)
     own = min(prefill_all, max(alone, t_pf * (0.5 + Ic / per_step))) if steps_pf > 1 else grid[-1]
-    n_run = (num_prompts / dp) if num_prompts else 10.0 * w
-    f1 = min(1.0, w / max(n_run, 1.0))
+    # Only a run of given length (a benchmark) starts with its first wave; production traffic
+    # arrives already staggered (f1 = 0), as the steady state's rule has it.
+    f1 = min(1.0, w / max(num_prompts / dp, 1.0)) if num_prompts else 0.0
     mean_in = f1 * grid_mean + (1.0 - f1) * own
     first = [(t, f1 / 64) for t in grid] + [(own, 1.0 - f1)]
     ttft_q = {k: ovh + wait + v for k, v in weighted_quantiles(sorted(first), 1.0).items()}
