@@ -279,6 +279,21 @@ def test_only_the_shared_prefix_dataset_shares_a_prefix():
     assert p.input_len == 2000 and p.cached_tokens(p.config(1)) == 0
 
 
+def test_production_sizing_has_no_first_wave():
+    """Without a run length (knee estimate, recommend, deploy) a fixed-length closed loop is
+    production traffic: no request waits for a whole first wave's prefill, so TTFT's tail is
+    its own chunk's and below any benchmark run's; the cycle and throughput are the same."""
+    arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
+    fixed = Predictor(arch, gpu, Workload.fixed(1024, 512))
+    cfg = fixed.config(1)
+    sizing = fixed.predict(cfg, concurrency=64)
+    bench = fixed.predict(cfg, concurrency=64, num_prompts=640)
+    assert sizing.ttft_ms.mean < bench.ttft_ms.mean and sizing.ttft_ms.p99 < bench.ttft_ms.p99
+    assert sizing.ttft_ms.p99 == pytest.approx(sizing.ttft_ms.mean, rel=1e-6)  # one chunk, no wave
+    assert sizing.req_per_s == pytest.approx(bench.req_per_s, rel=1e-9)
+    assert sizing.e2e_s.mean == pytest.approx(bench.e2e_s.mean, rel=1e-9)
+
+
 def test_a_finite_closed_loop_run_starts_with_its_first_wave_prefilling_back_to_back():
     """A benchmark of N prompts at concurrency C sends its first C requests at once: their
     prompts prefill back to back (the public walkthrough's TP4 run on 4x L4 at C=128 has a
