@@ -34,7 +34,6 @@ prefill-only steps, default budgets, how the KV cache is sized).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import tomllib
 from contextlib import contextmanager
@@ -133,7 +132,10 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
         name = "vllm"
     if name not in table:
         raise BadInput(f"unknown engine {engine!r}", f"use one of {', '.join(table)}")
-    return table[name]
+    prof = table[name]
+    parent = prof.get("inherits")
+    # A version's profile names the profile it differs from and sets only what differs.
+    return {**table[parent], **{k: v for k, v in prof.items() if k != "inherits"}} if parent else prof
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,28 +353,25 @@ class CostModel:
             kv_bytes += (batch.decode_seqs + batch.prefill_seqs) * self._window * self._window_bytes_per_token
         seqs = batch.decode_seqs + batch.prefill_seqs
         total = self.step_time(batch)
-        parts = StepBreakdown(
-            linear_compute=tokens * self._flops_per_token * self._s_per_flop,
-            linear_memory=wbytes * self._s_per_weight_byte,
-            attention_compute=(batch.prefill_attn + batch.decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop,
-            attention_memory=kv_bytes * self._s_per_kv_byte,
-            communication=(tokens * self._comm_per_token + self._comm_fixed) if tokens else 0.0,
-            overhead=self._gpu_fixed + self._host + seqs * self._per_seq,
-            total=total,
-        )
+        linear_compute = tokens * self._flops_per_token * self._s_per_flop
+        linear_memory = wbytes * self._s_per_weight_byte
+        attention_compute = (batch.prefill_attn + batch.decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop
+        attention_memory = kv_bytes * self._s_per_kv_byte
+        communication = (tokens * self._comm_per_token + self._comm_fixed) if tokens else 0.0
+        work = _softmax(linear_compute, linear_memory) + max(attention_compute, attention_memory) + communication
+        host = self._host + seqs * self._per_seq
         if self._async and tokens:
             # Only the host work the GPU's step does not cover shows (step_seconds' max).
-            gpu = _softmax(parts.linear_compute, parts.linear_memory) + max(parts.attention_compute, parts.attention_memory)
-            gpu += parts.communication + self._gpu_fixed
-            parts = dataclasses.replace(parts, overhead=self._gpu_fixed + max(0.0, self._host + seqs * self._per_seq - gpu))
-        engine = (
-            (
-                _softmax(parts.linear_compute, parts.linear_memory)
-                + max(parts.attention_compute, parts.attention_memory)
-                + parts.communication
-                + parts.overhead
-            )
-            if (batch.prefill_tokens + batch.decode_seqs) > 0
-            else 0.0
+            host = max(0.0, host - (work + self._gpu_fixed))
+        overhead = self._gpu_fixed + host
+        engine = work + overhead if tokens > 0 else 0.0
+        return StepBreakdown(
+            linear_compute=linear_compute,
+            linear_memory=linear_memory,
+            attention_compute=attention_compute,
+            attention_memory=attention_memory,
+            communication=communication,
+            overhead=overhead,
+            total=total,
+            streaming=max(0.0, total - engine),
         )
-        return dataclasses.replace(parts, streaming=max(0.0, total - engine))

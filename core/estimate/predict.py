@@ -75,7 +75,7 @@ def workload_max_model_len(arch: ModelArch, workload: Workload) -> int:
     """What a user would pass as --max-model-len for this workload: the next power of two
     over the longest request (with the shared prefix), at least 4096, never above the
     model's own limit."""
-    need = workload.max_total_len + (int(workload.shared_prefix_len) if workload.dataset == "shared-prefix" else 0)
+    need = workload.max_total_len + workload.prepended_len
     return min(arch.max_position_embeddings, max(4096, 1 << math.ceil(math.log2(max(need, 2)))))
 
 
@@ -103,12 +103,7 @@ class Predictor:
             self.profile = {**self.profile, "default_max_num_batched_tokens": batch[0], "default_max_num_seqs": batch[1]}
         self.kv_dtype = engine_kv_dtype(self.profile, arch, kv_dtype)
         self.gpu_memory_utilization = gpu_memory_utilization
-        # A shared prefix (a system prompt common to every request) exists in the
-        # ``shared-prefix`` dataset, which prepends it to the drawn input (prompt = prefix +
-        # input), as the load generator and the simulator build it; the other datasets draw
-        # prompts that share nothing, whatever shared_prefix_len says.
-        shared = workload.dataset == "shared-prefix"
-        self._prepend = float(workload.shared_prefix_len) if shared else 0.0
+        self._prepend = float(workload.prepended_len)
         self.input_len = self._prepend + mean_len(workload.input)
         self.output_len = max(1.0, mean_len(workload.output))
         if self.input_len <= 0:

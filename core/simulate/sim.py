@@ -168,9 +168,9 @@ def simulate_detailed(
     rng = np.random.default_rng(workload.seed)
     ins = sample_lengths(workload.input, n_data, rng)
     outs = sample_lengths(workload.output, n_data, rng)
-    if workload.dataset == "shared-prefix" and workload.shared_prefix_len:
+    if workload.prepended_len:
         # Every prompt is the shared prefix followed by a drawn suffix (ISL = prefix + suffix).
-        pre = workload.shared_prefix_len
+        pre = workload.prepended_len
         Pd, prefd = (ins + pre).tolist(), [pre] * n_data
     else:
         Pd, prefd = ins.tolist(), [0] * n_data

@@ -68,3 +68,11 @@ class Workload(BaseModel):
     @property
     def max_total_len(self) -> int:
         return self.input.upper + self.output.upper
+
+    @property
+    def prepended_len(self) -> int:
+        """Tokens prepended to every drawn prompt: the ``shared-prefix`` dataset puts its shared
+        prefix (a system prompt common to every request) before the drawn input, as the load
+        generator and the simulator build it; the other datasets draw prompts that share
+        nothing, whatever shared_prefix_len says."""
+        return self.shared_prefix_len if self.dataset == "shared-prefix" else 0
