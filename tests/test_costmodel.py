@@ -58,6 +58,24 @@ def test_moe_reads_only_touched_experts():
     assert many.linear_memory > 2.5 * one.linear_memory
 
 
+def test_narrow_experts_under_tp_cost_more_than_their_bytes():
+    """Each touched expert has a fixed cost (expert_us) beside its bytes: TP8 reads an eighth of
+    Qwen3-235B's expert bytes per GPU, but its 128 experts still ramp up on every GPU."""
+    from core.estimate.costmodel import calibration, calibrated
+
+    qwen = load_model("Qwen/Qwen3-235B-A22B")
+    h100 = get_gpu("H100-SXM")
+    batch = Batch.decode(128, 500)  # 128 tokens x top-8 touch nearly all 128 experts
+    assert calibration()["architecture"]["hopper"]["expert_us"] > 0
+    with calibrated({"architecture.hopper.expert_us": 0.0}):
+        bytes_only = [CostModel(qwen, h100, tp).breakdown(batch).linear_memory for tp in (1, 8)]
+    with_ramp = [CostModel(qwen, h100, tp).breakdown(batch).linear_memory for tp in (1, 8)]
+    assert with_ramp[0] > bytes_only[0] and with_ramp[1] > bytes_only[1]
+    # The ramp is the same on every GPU whatever the TP, so TP8 saves less than bytes alone say.
+    assert with_ramp[1] / with_ramp[0] > bytes_only[1] / bytes_only[0]
+    assert (with_ramp[1] - bytes_only[1]) == pytest.approx(with_ramp[0] - bytes_only[0], rel=0.05)
+
+
 @pytest.mark.parametrize(
     "model, gpu, tp, kv",
     [

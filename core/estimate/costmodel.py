@@ -22,7 +22,9 @@ communication and the engine's fixed costs:
     fixed   = step + layers·layer + seqs·seq + MoE layers·moe_layer
 
 MoE weights touched grow with the batch: with T tokens routed top-k of E experts, the
-expected number of distinct experts per layer is E·(1 − (1 − k/E)^T).
+expected number of distinct experts per layer is E·(1 − (1 − k/E)^T), and each touched expert
+costs its bytes plus a fixed ``expert_us`` (a grouped GEMM's per-group ramp, measured on an
+H100), which tensor parallelism does not divide.
 
 Efficiencies (``calibration.toml``) are per GPU architecture, with a separate MFU for FP8
 matmuls (a smaller share of a doubled peak); weight-only quantized GEMMs (FP8 on Ampere,
@@ -256,8 +258,12 @@ class CostModel:
         self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active / moe_scale) / tp
         self._moe = arch.is_moe
         if self._moe:
-            self._expert_bytes_layer = arch.weight_bytes_experts / max(arch.num_moe_layers, 1) / arch.num_experts / tp
-            self._n_moe = arch.num_moe_layers
+            # A touched expert costs its weights at the grouped kernel's bandwidth plus a fixed
+            # ramp per expert (its tiles start, stream K, drain), whatever its width: under TP
+            # every GPU holds a slice of every expert, so the bytes shrink TP-fold and the ramps
+            # do not (bench/gpu_moe_kernels.py, bench/data/moe-h100.json).
+            expert_bytes_layer = arch.weight_bytes_experts / max(arch.num_moe_layers, 1) / arch.num_experts / tp
+            self._expert_s = arch.num_moe_layers * (expert_bytes_layer * self._s_per_weight_byte + eff.get("expert_us", 0.0) * 1e-6)
             self._E = arch.num_experts
             self._k_over_E = arch.experts_per_token / arch.num_experts
 
@@ -312,11 +318,10 @@ class CostModel:
         tokens = prefill_tokens + decode_seqs
         if tokens <= 0:
             return 0.0
-        wbytes = self._dense_bytes
+        weights = self._dense_bytes * self._s_per_weight_byte
         if self._moe:
-            touched = self._E * (1.0 - (1.0 - self._k_over_E) ** tokens)
-            wbytes += touched * self._expert_bytes_layer * self._n_moe
-        linear = _softmax(tokens * self._flops_per_token * self._s_per_flop, wbytes * self._s_per_weight_byte)
+            weights += self._E * (1.0 - (1.0 - self._k_over_E) ** tokens) * self._expert_s
+        linear = _softmax(tokens * self._flops_per_token * self._s_per_flop, weights)
         kv_tokens = decode_context + prefill_kv
         kv_bytes = kv_tokens * self.kv_bytes_per_token_per_gpu
         if self._window:  # sliding-window layers read at most the window per sequence
@@ -345,16 +350,15 @@ class CostModel:
         # percent or two of a simulated sweep. tests/test_costmodel.py
         # (test_breakdown_parts_add_up_to_step_seconds) holds the two definitions together.
         tokens = batch.prefill_tokens + batch.decode_seqs
-        wbytes = self._dense_bytes
+        linear_memory = self._dense_bytes * self._s_per_weight_byte
         if self._moe:
-            wbytes += self._E * (1.0 - (1.0 - self._k_over_E) ** tokens) * self._expert_bytes_layer * self._n_moe
+            linear_memory += self._E * (1.0 - (1.0 - self._k_over_E) ** tokens) * self._expert_s
         kv_bytes = (batch.decode_context + batch.prefill_kv) * self.kv_bytes_per_token_per_gpu
         if self._window:
             kv_bytes += (batch.decode_seqs + batch.prefill_seqs) * self._window * self._window_bytes_per_token
         seqs = batch.decode_seqs + batch.prefill_seqs
         total = self.step_time(batch)
         linear_compute = tokens * self._flops_per_token * self._s_per_flop
-        linear_memory = wbytes * self._s_per_weight_byte
         attention_compute = (batch.prefill_attn + batch.decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop
         attention_memory = kv_bytes * self._s_per_kv_byte
         communication = (tokens * self._comm_per_token + self._comm_fixed) if tokens else 0.0
