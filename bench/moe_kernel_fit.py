@@ -94,7 +94,37 @@ def main(argv: list[str] | None = None) -> int:
     ):
         e = error(scale, c)
         print(f"  {label:62s} median error {np.median(e) * 100:5.1f}%  p90 {np.percentile(e, 90) * 100:5.1f}%")
+    held_out(fixed, (vllm["moe_mfu_scale"], hopper.get("expert_us", 0.0)), best)
     return 0
+
+
+def held_out(fixed: dict, shipped: tuple[float, float], fitted: tuple[float, float]) -> None:
+    """The same term against timings it was not fitted to: bench/gpu_grouped_shapes.py's
+    grid (128 experts, equal rows per expert, hidden 4096 and 7168, widths 96-2048, 16-512
+    rows; bf16 gate/up and down, no activation)."""
+    path = DATA.parent / "grouped-h100.json"
+    if not path.exists():
+        print(f"held-out check skipped: no {path.name}")
+        return
+    doc = json.loads(path.read_text())
+    cells: dict[tuple[int, int, int], float] = {}
+    for r in doc["rows"]:
+        if "bf16_us" in r:
+            key = (r["hidden"], r["width"], r["rows"])
+            cells[key] = cells.get(key, 0.0) + r["bf16_us"] * 1e-6
+    keys = sorted(cells)
+    experts = doc["rows"][0]["experts"]
+    flops = np.array([2.0 * m * experts * 3 * h * w for h, w, m in keys])
+    nbytes = np.array([experts * 3 * h * w * 2.0 for h, w, _ in keys])
+    touched = np.full(len(keys), float(experts))
+    seconds = np.array([cells[k] for k in keys])
+    print(f"held out: {path.name}, {len(keys)} expert shapes x row counts (not used for the values above)")
+    for label, (scale, c) in (("before", (0.5, 0.0)), ("shipped", shipped), ("fitted above", fitted)):
+        pred = model_seconds(flops, nbytes, touched, moe_mfu_scale=scale, expert_us=c, **fixed)
+        e = np.abs(pred - seconds) / seconds
+        print(
+            f"  {label:14s} median error {np.median(e) * 100:5.1f}%  p90 {np.percentile(e, 90) * 100:5.1f}%  median predicted/measured {np.median(pred / seconds):.2f}"
+        )
 
 
 if __name__ == "__main__":

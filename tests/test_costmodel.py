@@ -76,6 +76,19 @@ def test_narrow_experts_under_tp_cost_more_than_their_bytes():
     assert (with_ramp[1] - bytes_only[1]) == pytest.approx(with_ramp[0] - bytes_only[0], rel=0.05)
 
 
+def test_mla_kv_cache_holds_far_more_tokens_and_block_fp8_runs_slower():
+    ds = load_model("deepseek-ai/DeepSeek-R1")
+    h200 = get_gpu("H200")
+    plan = plan_memory(ds, h200, tp=8, max_model_len=8192)
+    # 8 x 141 GB less ~84 GB of FP8 weights per GPU leaves tens of GB per GPU for a 70 KB-per-token
+    # latent: several hundred thousand tokens (a per-head cache would hold a third as many).
+    assert plan.kv_bytes_per_token == 61 * 576 * 2
+    assert plan.kv_tokens > 400_000
+    per_tensor = ds.model_copy(update={"quantization": ds.quantization.model_copy(update={"block_scaled": False})})
+    prefill = Batch.prefill(4096)
+    assert CostModel(ds, h200, 8).step_time(prefill) > CostModel(per_tensor, h200, 8).step_time(prefill)
+
+
 @pytest.mark.parametrize(
     "model, gpu, tp, kv",
     [
@@ -83,6 +96,7 @@ def test_narrow_experts_under_tp_cost_more_than_their_bytes():
         ("meta-llama/Llama-3.1-8B", "L4", 4, "fp8"),  # TP over PCIe, fp8 KV cache
         ("mistralai/Mixtral-8x7B-v0.1", "H100-SXM", 2, "auto"),  # MoE
         ("openai/gpt-oss-20b", "H100-SXM", 1, "auto"),  # MoE with sliding-window layers
+        ("deepseek-ai/DeepSeek-V3", "H200", 8, "auto"),  # MLA, block-scaled FP8
         ("mistralai/Mistral-7B-v0.1", "A100-80GB", 2, "auto"),  # sliding window
     ],
 )

@@ -20,6 +20,8 @@ def rel(a, b):
         ("Qwen/Qwen3-30B-A3B", 30.5e9, 3.3e9, "with_embeddings"),
         ("openai/gpt-oss-20b", 20.9e9, 3.6e9, "compute"),
         ("openai/gpt-oss-120b", 116.8e9, 5.1e9, "compute"),
+        # DeepSeek-V3's card: 671B total, 37B activated (MLA's low-rank projections counted).
+        ("deepseek-ai/DeepSeek-V3", 671e9, 37e9, "with_embeddings"),
     ],
 )
 def test_moe_total_and_active_within_2_percent(model, total, active, convention):
@@ -153,3 +155,20 @@ def test_falcon_attention_and_mlp_follow_transformers():
     assert arch_from_config(falcon_40b, "falcon-40b").num_kv_heads == 8
     # An explicit activation still wins.
     assert arch_from_config({**falcon_7b, "activation": "silu"}, "f").gated_mlp
+
+
+def test_mla_caches_one_latent_per_token_shared_by_every_head():
+    """DeepSeek-V3's multi-head latent attention caches kv_lora_rank + qk_rope_head_dim values
+    per token per layer (512 + 64), not keys and values per head, and every GPU of a TP group
+    keeps the whole latent."""
+    ds = load_model("deepseek-ai/DeepSeek-V3")
+    assert ds.is_mla and not load_model("meta-llama/Llama-3.1-8B").is_mla
+    assert ds.kv_bytes_per_token() == 61 * 576 * 2  # bf16 cache ("auto")
+    assert ds.kv_values_per_token_layer(1) == ds.kv_values_per_token_layer(8) == 576
+    # Absorbed decode attends over the whole latent in every head: more work per pair than prefill.
+    assert ds.attention_flops_per_pair(decode=True) > 3 * ds.attention_flops_per_pair()
+    assert ds.quantization.block_scaled  # FP8 with 128x128 weight blocks (weight_block_size)
+    llama = load_model("meta-llama/Llama-3.1-8B")
+    assert llama.kv_values_per_token_layer(1) == 2 * 8 * 128
+    assert llama.kv_values_per_token_layer(16) == 2 * 1 * 128  # 8 KV heads replicated over 16 GPUs
+    assert llama.attention_flops_per_pair(decode=True) == llama.attention_flops_per_pair() == 4 * 4096

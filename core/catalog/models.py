@@ -210,6 +210,9 @@ def _quantization(cfg: dict[str, Any], precision: str | None) -> Quantization:
         p = precision.lower()
         if p not in WEIGHT_BYTES:
             raise BadInput(f"unknown precision {precision!r}", "use bf16, fp16, fp8, int8, int4, awq, gptq or mxfp4")
+        native = _quantization(cfg, None)
+        if native.method == p:  # the checkpoint's own format: keep what its config says of it
+            return native
         if p in ("bf16", "fp16", "fp32"):
             return Quantization(method=p, scope="all")
         return Quantization(method=p, scope="experts" if p == "mxfp4" else "linear")
@@ -221,7 +224,7 @@ def _quantization(cfg: dict[str, Any], precision: str | None) -> Quantization:
         bits = int(q.get("bits", q.get("w_bit", 4)))
         return Quantization(method=method if bits == 4 else "int8", scope="linear")
     if method in ("fp8", "fbgemm_fp8") or "fp8" in json.dumps(q).lower():
-        return Quantization(method="fp8", scope="linear")
+        return Quantization(method="fp8", scope="linear", block_scaled=bool(q.get("weight_block_size")))
     if method in ("compressed-tensors", "bitsandbytes"):
         bits = q.get("bits") or 8
         return Quantization(method="int8" if int(bits) == 8 else "int4", scope="linear")
@@ -357,6 +360,11 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
             moe_intermediate_size=moe_inter if moe_layers else 0,
             shared_expert_intermediate_size=shared if moe_layers else 0,
             moe_layers=moe_layers,
+            kv_lora_rank=num.get("kv_lora_rank", default=0, minimum=0),
+            q_lora_rank=num.get("q_lora_rank", default=0, minimum=0),
+            qk_rope_head_dim=num.get("qk_rope_head_dim", default=0, minimum=0),
+            qk_nope_head_dim=num.get("qk_nope_head_dim", default=0, minimum=0),
+            v_head_dim=num.get("v_head_dim", default=0, minimum=0),
             sliding_window=int(window) if window else None,
             sliding_layers=sliding,
             dtype=dtype if dtype != "fp32" else "bf16",

@@ -36,7 +36,6 @@ prefill-only steps, default budgets, how the KV cache is sized).
 
 from __future__ import annotations
 
-import math
 import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -245,9 +244,13 @@ class CostModel:
         # epilogues and memory traffic weigh twice as much (TRT-LLM's batch-1 prefills give
         # ~0.47 of the FP8 peak on H100 against ~0.69 of the FP16 peak on A100).
         mfu = eff.get("mfu_fp8", eff["mfu"]) if precision == "fp8" else eff["mfu"]
+        # Block-scaled FP8 (a scale per 128x128 weight block) runs its GEMMs, and streams its
+        # weights, a little slower than per-tensor FP8 (block_fp8_scale, measured on an H100).
+        block = eff.get("block_fp8_scale", 1.0) if precision == "fp8" and arch.quantization.block_scaled else 1.0
+        mfu_scale *= block
         self._s_per_flop = 1.0 / (peak * mfu * mfu_scale * speed)
         self._s_per_attn_flop = 1.0 / (peak16 * eff["mfu_attn"] * speed)
-        self._s_per_weight_byte = 1.0 / (bw * eff["bw_weights"] * speed)
+        self._s_per_weight_byte = 1.0 / (bw * eff["bw_weights"] * block * speed)
         self._s_per_kv_byte = 1.0 / (bw * eff["bw_kv"] * speed)
 
         # Linear layers: FLOPs per token and bytes per step, split over TP.
@@ -269,12 +272,14 @@ class CostModel:
 
         # Attention: 2 matmuls (QK^T, PV) of 2 FLOPs per MAC over q_dim per pair, all layers.
         layers = arch.num_layers
-        self._attn_flops_per_pair = 4.0 * arch.q_dim * layers / tp
-        # KV heads split over TP, replicated when there are fewer KV heads than GPUs.
-        kv_heads_per_gpu = math.ceil(arch.num_kv_heads / tp)
-        self.kv_bytes_per_token_per_gpu = 2 * arch.num_full_attention_layers * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
+        # (MLA decodes with absorbed projections: more FLOPs per pair than it prefills with.)
+        self._attn_flops_per_pair = arch.attention_flops_per_pair() * layers / tp
+        self._decode_attn_flops_per_pair = arch.attention_flops_per_pair(decode=True) * layers / tp
+        # KV heads split over TP, replicated when there are fewer KV heads than GPUs (MLA's latent always).
+        kv_token_layer = arch.kv_values_per_token_layer(tp) * kv_element_bytes(kv_dtype, arch)
+        self.kv_bytes_per_token_per_gpu = arch.num_full_attention_layers * kv_token_layer
         self._window = arch.sliding_window or 0
-        self._window_bytes_per_token = 2 * len(arch.sliding_layers) * kv_heads_per_gpu * arch.head_dim * kv_element_bytes(kv_dtype, arch)
+        self._window_bytes_per_token = len(arch.sliding_layers) * kv_token_layer
 
         # Tensor-parallel all-reduce: two per layer; ring moves 2(N-1)/N of the buffer.
         if tp > 1:
@@ -327,7 +332,7 @@ class CostModel:
         if self._window:  # sliding-window layers read at most the window per sequence
             kv_bytes += (decode_seqs + prefill_seqs) * self._window * self._window_bytes_per_token
         attn = max(
-            (prefill_attn + decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop,
+            (prefill_attn * self._attn_flops_per_pair + decode_context * self._decode_attn_flops_per_pair) * self._s_per_attn_flop,
             kv_bytes * self._s_per_kv_byte,
         )
         comm = tokens * self._comm_per_token + self._comm_fixed
@@ -359,7 +364,9 @@ class CostModel:
         seqs = batch.decode_seqs + batch.prefill_seqs
         total = self.step_time(batch)
         linear_compute = tokens * self._flops_per_token * self._s_per_flop
-        attention_compute = (batch.prefill_attn + batch.decode_context) * self._attn_flops_per_pair * self._s_per_attn_flop
+        attention_compute = (
+            batch.prefill_attn * self._attn_flops_per_pair + batch.decode_context * self._decode_attn_flops_per_pair
+        ) * self._s_per_attn_flop
         attention_memory = kv_bytes * self._s_per_kv_byte
         communication = (tokens * self._comm_per_token + self._comm_fixed) if tokens else 0.0
         work = _softmax(linear_compute, linear_memory) + max(attention_compute, attention_memory) + communication

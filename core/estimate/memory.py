@@ -88,13 +88,12 @@ def plan_memory(
     runtime = (0.75 + (0.35 if tp > 1 else 0.0)) * GIB
 
     kv_bytes = budget - weights - activations - runtime
-    kvh_per_gpu = -(-arch.num_kv_heads // tp)
-    elem = kv_element_bytes(kv_dtype, arch)
-    per_token = 2 * arch.num_full_attention_layers * kvh_per_gpu * arch.head_dim * elem
+    token_layer = arch.kv_values_per_token_layer(tp) * kv_element_bytes(kv_dtype, arch)
+    per_token = arch.num_full_attention_layers * token_layer
     # Sliding-window layers hold at most a window per sequence; charge them to the tokens of
     # a full-length sequence so capacity stays conservative.
     if arch.sliding_layers and arch.sliding_window:
-        window_share = 2 * len(arch.sliding_layers) * kvh_per_gpu * arch.head_dim * elem * min(1.0, arch.sliding_window / max_model_len)
+        window_share = len(arch.sliding_layers) * token_layer * min(1.0, arch.sliding_window / max_model_len)
         per_token += window_share
     kv_tokens = int(max(kv_bytes, 0) // per_token) if per_token else 0
     kv_tokens -= kv_tokens % BLOCK_TOKENS

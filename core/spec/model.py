@@ -40,6 +40,9 @@ class Quantization(BaseModel):
 
     method: str = "bf16"  # a key of WEIGHT_BYTES
     scope: Literal["linear", "experts", "all"] = "linear"
+    # FP8 with one scale per 128x128 weight block (DeepSeek-V3's recipe, ``weight_block_size``)
+    # rather than per tensor or per channel: the GEMM rescales every K block.
+    block_scaled: bool = False
 
     @property
     def bytes_per_weight(self) -> float:
@@ -79,6 +82,14 @@ class ModelArch(BaseModel):
     # Attention windows: layers listed here attend to the last ``sliding_window`` tokens.
     sliding_window: int | None = None
     sliding_layers: tuple[int, ...] = ()
+    # Multi-head latent attention (DeepSeek-V2/V3/R1, Kimi K2): a token's keys and values are
+    # cached as one compressed latent of kv_lora_rank + qk_rope_head_dim values per layer,
+    # shared by every head, so tensor parallelism replicates it instead of splitting it.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
     dtype: str = "bf16"  # checkpoint dtype of unquantized weights
     quantization: Quantization = Quantization()
 
@@ -107,10 +118,38 @@ class ModelArch(BaseModel):
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def kv_values_per_token_layer(self, tp: int = 1) -> int:
+        """KV-cache values one GPU of a TP group holds per token per attention layer: keys
+        and values of its share of the KV heads (all of them when there are fewer heads than
+        GPUs), or MLA's whole latent, which every GPU keeps (vLLM's MLA backends)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * -(-self.num_kv_heads // tp) * self.head_dim
+
+    def attention_flops_per_pair(self, decode: bool = False) -> float:
+        """FLOPs of one query-key pair in one layer, all heads (QK^T and PV, 2 per MAC).
+        MLA prefills as ordinary attention over up-projected keys and values, but decodes
+        with the up-projections absorbed into the query and output (FlashMLA and vLLM's other
+        MLA backends): each head then attends over the whole latent, several times the work."""
+        if not self.is_mla:
+            return 4.0 * self.q_dim
+        if decode:
+            return 2.0 * self.num_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+        return 2.0 * self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
+
     # ---- parameter counts ---------------------------------------------------------------
     @property
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
+        if self.is_mla:
+            qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+            q = h * self.q_lora_rank + self.q_lora_rank * self.num_heads * qk if self.q_lora_rank else h * self.num_heads * qk
+            kv = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv + self.num_heads * self.v_head_dim * h
         n = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
         if self.attention_bias:
             n += self.q_dim + 2 * self.kv_dim + h
@@ -231,8 +270,7 @@ class ModelArch(BaseModel):
 
     def kv_bytes_per_token(self, kv_dtype: str = "auto") -> float:
         """KV bytes one token holds across the full-attention layers."""
-        b = kv_element_bytes(kv_dtype, self)
-        return 2 * self.num_full_attention_layers * self.kv_dim * b
+        return self.num_full_attention_layers * self.kv_values_per_token_layer() * kv_element_bytes(kv_dtype, self)
 
     def summary(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -242,7 +280,9 @@ class ModelArch(BaseModel):
             "params_active": self.params_active,
             "layers": self.num_layers,
             "hidden": self.hidden_size,
-            "heads": f"{self.num_heads} q / {self.num_kv_heads} kv x {self.head_dim}",
+            "heads": f"{self.num_heads} q, latent KV {self.kv_lora_rank}+{self.qk_rope_head_dim}"
+            if self.is_mla
+            else f"{self.num_heads} q / {self.num_kv_heads} kv x {self.head_dim}",
             "weights": self.quantization.method,
         }
         if self.is_moe:

@@ -42,9 +42,9 @@ def _weights_touched(arch: ModelArch, tokens: int) -> float:
     return dense + arch.weight_bytes_experts * touched_fraction
 
 
-def _phase(arch: ModelArch, tokens: int, attn_pairs: float, kv_read_tokens: float, kv_dtype: str) -> tuple[float, float]:
+def _phase(arch: ModelArch, tokens: int, attn_pairs: float, kv_read_tokens: float, kv_dtype: str, decode: bool) -> tuple[float, float]:
     flops = 2.0 * (arch.params_matmul_dense + arch.params_experts_active) * tokens
-    flops += 4.0 * arch.q_dim * arch.num_layers * attn_pairs
+    flops += arch.attention_flops_per_pair(decode=decode) * arch.num_layers * attn_pairs
     kv_per_token = arch.kv_bytes_per_token(kv_dtype)
     nbytes = _weights_touched(arch, tokens) + kv_read_tokens * kv_per_token
     return flops, nbytes
@@ -72,10 +72,10 @@ def roofline(
 
     pts = []
     n = input_len
-    f, b = _phase(arch, n, n * n / 2, n, kv_dtype)
+    f, b = _phase(arch, n, n * n / 2, n, kv_dtype, decode=False)
     pts.append(point(f"prefill {n}", "prefill", f, b))
     ctx = input_len + output_len / 2
     for bsz in batches:
-        f, b = _phase(arch, bsz, bsz * ctx, bsz * ctx, kv_dtype)
+        f, b = _phase(arch, bsz, bsz * ctx, bsz * ctx, kv_dtype, decode=True)
         pts.append(point(f"decode b={bsz}", "decode", f, b))
     return Roofline(gpu.name, peak / 1e12, gpu.bandwidth_gbps, ridge, tuple(pts))
