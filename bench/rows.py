@@ -157,7 +157,10 @@ def gpu_of(row: dict):
 
     gpu = get_gpu(row["gpu"])
     inst = instances().get(instance_of(row) or "")
-    return instance_gpu(inst) if inst is not None and get_gpu(inst.gpu).name == gpu.name else gpu
+    if inst is not None and get_gpu(inst.gpu).name == gpu.name:
+        gpu = instance_gpu(inst)
+    # A row whose server logs show no GPU peer-to-peer says so (``gpu_p2p: false``).
+    return gpu.model_copy(update={"p2p": False}) if row.get("gpu_p2p") is False else gpu
 
 
 def measured(row: dict) -> dict:

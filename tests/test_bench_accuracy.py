@@ -47,6 +47,14 @@ def test_rows_names_what_a_row_lacks():
     assert unpredictable({**GOOD, "workload": None}) == "unknown mode None"
 
 
+def test_a_row_without_gpu_peer_to_peer_all_reduces_through_the_host():
+    from bench.rows import gpu_of
+
+    a100 = {**GOOD, "gpu": "A100-80GB", "tp": 2, "num_gpus": 2}
+    assert gpu_of(a100).interconnect == "nvlink"
+    assert gpu_of({**a100, "gpu_p2p": False}).interconnect == "pcie-host"
+
+
 def test_accuracy_skips_rows_it_cannot_predict_and_goes_on(rows_path, capsys):
     from bench import accuracy
 

@@ -228,3 +228,26 @@ def test_engine_profiles_by_version():
     assert engine_profile("sglang", None) == engine_profile("sglang", "0.5.9")
     assert engine_profile("vllm", "0.14.1").get("async_scheduling") == 1
     assert engine_profile("vllm", None) == engine_profile("vllm", "0.11.0")
+
+
+def test_no_peer_to_peer_stages_all_reduce_through_the_host_even_on_nvlink():
+    """A box without GPU P2P (vLLM: "Custom allreduce is disabled because your platform lacks
+    GPU P2P capability") all-reduces through host memory over the PCIe slot, NVLink or not,
+    and the group's GPUs share that host path."""
+    a100 = get_gpu("A100-80GB")
+    no_p2p = a100.model_copy(update={"p2p": False})
+    assert a100.interconnect == "nvlink" and no_p2p.interconnect == "pcie-host"
+    assert no_p2p.allreduce_link_gbps == 64.0 < a100.allreduce_link_gbps
+    arch = load_model("Qwen/Qwen2.5-7B")
+    batch = Batch.decode(64, 1000)
+    nvlink = CostModel(arch, a100, 2).breakdown(batch).communication
+    host = CostModel(arch, no_p2p, 2).breakdown(batch).communication
+    assert host > 3 * nvlink
+    # The per-token part of a TP4 group's host-staged all-reduce: the ring's 1.5x the bytes of
+    # TP2's, each GPU at half the share of the host path, so 3x per token.
+    big = Batch.decode(512, 1000)
+    per_token = {
+        tp: CostModel(arch, no_p2p, tp).breakdown(big).communication - CostModel(arch, no_p2p, tp).breakdown(Batch.decode(1, 1000)).communication
+        for tp in (2, 4)
+    }
+    assert per_token[4] == pytest.approx(3 * per_token[2], rel=0.01)

@@ -31,9 +31,12 @@ class GPU(BaseModel):
     def interconnect(self) -> str:
         """The all-reduce path calibration.toml's [interconnect.*] describes: "nvlink",
         "pcie" (peer-to-peer) or "pcie-host" (staged through host memory)."""
-        if self.nvlink:
-            return "nvlink"
-        return "pcie" if self.p2p else "pcie-host"
+        if not self.p2p:
+            # NVLink is peer-to-peer too: where the platform refuses P2P (vLLM logs "Custom
+            # allreduce is disabled because your platform lacks GPU P2P capability"), NCCL
+            # stages every all-reduce through host memory whatever links the GPUs have.
+            return "pcie-host"
+        return "nvlink" if self.nvlink else "pcie"
 
     @property
     def usable_bytes(self) -> float:
@@ -44,6 +47,15 @@ class GPU(BaseModel):
     @property
     def nvlink(self) -> bool:
         return self.link.startswith("nvlink")
+
+    @property
+    def allreduce_link_gbps(self) -> float:
+        """Bandwidth (both directions, GB/s) of the link an all-reduce crosses: the GPU's own
+        link, but the host's PCIe slot when traffic is staged through host memory (no P2P),
+        even on an NVLink GPU: x16 Gen4 (64 GB/s) for Ampere and Ada, Gen5 (128) after."""
+        if self.p2p or not self.nvlink:
+            return self.link_bandwidth_gbps
+        return 64.0 if self.architecture in ("ampere", "ada") else 128.0
 
     def peak_flops(self, precision: str) -> float:
         """Dense FLOP/s for matmuls at ``precision``; falls back to 16-bit where the GPU
