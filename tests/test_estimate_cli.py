@@ -61,6 +61,24 @@ def test_json_report():
     assert "tensor_parallel_size*data_parallel_size:(int,int)=" in sug["server_args"]
 
 
+def test_no_gpu_p2p_all_reduces_through_the_host(tmp_path):
+    """--no-gpu-p2p (or gpu_p2p = false in a plan) on NVLink GPUs: TP2's all-reduces go through
+    host memory, so the same configuration is slower and the report says why."""
+    args = ("estimate", "--model", "Qwen/Qwen2.5-7B", "--gpu", "A100-80GB", "--num-gpus", "2", "--tp", "2", "--concurrency", "32", "--json")
+    linked, host = knee(*args), knee(*args, "--no-gpu-p2p")
+    assert linked.returncode == 0 and host.returncode == 0, host.stderr
+    fast, slow = json.loads(linked.stdout), json.loads(host.stdout)
+    assert slow["configs"][0]["predictions"][0]["itl_ms"]["mean"] > 1.3 * fast["configs"][0]["predictions"][0]["itl_ms"]["mean"]
+    assert any("no GPU peer-to-peer" in n for n in slow["notes"]) and not any("peer-to-peer" in n for n in fast["notes"])
+    plan = tmp_path / "plan.toml"
+    plan.write_text('[plan]\nmodel = "Qwen/Qwen2.5-7B"\ninstance = ""\ngpu = "A100-80GB"\nnum_gpus = 2\ngpu_p2p = false\n')
+    from_plan = knee("estimate", "--plan", str(plan), "--tp", "2", "--concurrency", "32", "--json")
+    assert from_plan.returncode == 0, from_plan.stderr
+    assert json.loads(from_plan.stdout)["configs"][0]["predictions"][0]["itl_ms"]["mean"] == pytest.approx(
+        slow["configs"][0]["predictions"][0]["itl_ms"]["mean"]
+    )
+
+
 def test_tp_and_knobs_flags_and_plan_file(tmp_path):
     r = knee(
         "estimate",

@@ -19,7 +19,7 @@ __all__ = [
 
 def plan_hardware(plan):
     """The hardware a :class:`core.spec.plan.Plan` names (its instance, or GPU x count)."""
-    return resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance)
+    return resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance, gpu_p2p=plan.gpu_p2p)
 
 
 def plan_arch(plan):

@@ -170,8 +170,15 @@ def instance_gpu(inst: Instance) -> GPU:
     return g if inst.gpu_p2p else g.model_copy(update={"p2p": False})
 
 
-def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, instance: str | None = None) -> Hardware:
-    """Hardware from ``--instance`` or ``--gpu``/``--num-gpus``."""
+def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, instance: str | None = None, gpu_p2p: bool = True) -> Hardware:
+    """Hardware from ``--instance`` or ``--gpu``/``--num-gpus``; ``gpu_p2p=False`` for a box
+    whose GPUs cannot reach each other peer-to-peer (NCCL then stages every all-reduce through
+    host memory, NVLink or not)."""
+    hw = _resolve_hardware(gpu, num_gpus, instance)
+    return hw if gpu_p2p else hw.model_copy(update={"gpu": hw.gpu.model_copy(update={"p2p": False})})
+
+
+def _resolve_hardware(gpu: str | None, num_gpus: int | None, instance: str | None) -> Hardware:
     if instance:
         inst = get_instance(instance)
         if num_gpus is not None and num_gpus != inst.num_gpus:

@@ -137,6 +137,7 @@ def estimate(
     gpu: str | None = None,
     num_gpus: int | None = None,
     instance: str | None = None,
+    gpu_p2p: bool | None = None,
     tp: int | list[int] | None = None,
     precision: str | None = None,
     kv_cache_dtype: str | None = None,
@@ -154,8 +155,9 @@ def estimate(
     engine: str | None = None,
     engine_version: str | None = None,
 ) -> EstimateReport:
-    """Estimate every TP x DP configuration of a plan (or of the arguments)."""
-    from core.catalog import load_model, plan_hardware, resolve_hardware
+    """Estimate every TP x DP configuration of a plan (or of the arguments); ``gpu_p2p``
+    False: the GPUs cannot reach each other peer-to-peer (the plan's setting when None)."""
+    from core.catalog import load_model, resolve_hardware
 
     # The plan's goals and hardware apply when a plan is given, or when nothing is (the demo
     # plan); arguments alone carry no constraints and need hardware of their own.
@@ -178,12 +180,13 @@ def estimate(
     if arch is None:
         arch = load_model(model, precision=precision)
     if hardware is None:
+        p2p = plan.gpu_p2p if gpu_p2p is None else gpu_p2p
         if gpu or instance:
-            hardware = resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance)
+            hardware = resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance, gpu_p2p=p2p)
         elif num_gpus is not None and plan.gpu:
-            hardware = resolve_hardware(gpu=plan.gpu, num_gpus=num_gpus)
+            hardware = resolve_hardware(gpu=plan.gpu, num_gpus=num_gpus, gpu_p2p=p2p)
         else:
-            hardware = plan_hardware(plan)
+            hardware = resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance, gpu_p2p=p2p)
     dataset = dataset or plan.dataset
     if dataset not in ("random", "sharegpt", "shared-prefix", "corpus"):
         raise BadInput(f"unknown dataset {dataset!r}", "use random or sharegpt")
@@ -262,6 +265,8 @@ def estimate(
         "percentiles are approximations from an analytic model: a steady state, or lock-step waves when lengths are fixed (see core/estimate/predict.py)",
         f"engine profile: {eng}{' ' + engine_version if engine_version else ''}; max_model_len {p.max_model_len}",
     ]
+    if not hardware.gpu.p2p and hardware.num_gpus > 1:
+        notes.append("no GPU peer-to-peer: tensor-parallel all-reduces go through host memory, their share of the host's PCIe link each")
     if not configs:
         notes.append("no TP degree fits on this hardware: " + "; ".join(f"TP{m.tp}: {m.reason}" for m in memory))
     suggestion = None

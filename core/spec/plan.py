@@ -29,6 +29,10 @@ class Plan(BaseModel):
     instance: str | None = "ml.g6.12xlarge"
     gpu: str | None = None
     num_gpus: int | None = Field(default=None, ge=1)
+    # False on a box whose GPUs cannot reach each other peer-to-peer (vLLM logs "Custom
+    # allreduce is disabled because your platform lacks GPU P2P capability"): all-reduces go
+    # through host memory. Instances without it (multi-GPU g5/g6/g6e) say so themselves.
+    gpu_p2p: bool = True
     # Workload
     input_len: int = Field(default=1024, ge=1)
     output_len: int = Field(default=512, ge=1)

@@ -22,6 +22,11 @@ def register(sub) -> None:
     p.add_argument("--instance", help="SageMaker instance type, e.g. ml.g6.12xlarge")
     p.add_argument("--gpu", help="GPU type, e.g. L4, H100-SXM (with --num-gpus)")
     p.add_argument("--num-gpus", type=int, help="GPUs available (default 1 with --gpu)")
+    p.add_argument(
+        "--no-gpu-p2p",
+        action="store_true",
+        help="the GPUs cannot reach each other peer-to-peer (vLLM logs 'Custom allreduce is disabled'): all-reduce through host memory",
+    )
     p.add_argument("--tp", help="tensor-parallel degree(s), e.g. 2 or 1,2,4 (default: every one that fits)")
     p.add_argument("--precision", help="weights: bf16, fp16, fp8, int8, int4, awq, gptq, mxfp4 (default: the checkpoint's)")
     p.add_argument("--kv-cache-dtype", help="auto (default) or fp8")
@@ -68,6 +73,7 @@ def run(args) -> int:
         gpu=args.gpu,
         num_gpus=args.num_gpus,
         instance=args.instance,
+        gpu_p2p=False if args.no_gpu_p2p else None,
         tp=int_list(args.tp, "--tp") if args.tp else None,
         precision=args.precision,
         kv_cache_dtype=args.kv_cache_dtype,
