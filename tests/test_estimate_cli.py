@@ -205,3 +205,13 @@ def test_impossible_architecture_in_config_json_is_one_line(tmp_path, change, ne
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "config.json" in lines[0], r.stderr
+
+
+def test_latent_attention_models_on_vllm_carry_the_known_gap():
+    """DeepSeek-family estimates on vLLM say that published runs measured well below them
+    (a note, not a factor in the numbers); SGLang's, which published runs match, do not."""
+    vllm = estimate(model="deepseek-ai/DeepSeek-R1", gpu="H200", num_gpus=8, concurrency=[8], engine="vllm")
+    sglang = estimate(model="deepseek-ai/DeepSeek-R1", gpu="H200", num_gpus=8, concurrency=[8], engine="sglang")
+    llama = estimate(model="meta-llama/Llama-3.1-8B", gpu="H200", num_gpus=1, concurrency=[8], engine="vllm")
+    assert any("latent-attention" in n for n in vllm.notes)
+    assert not any("latent-attention" in n for n in sglang.notes + llama.notes)

@@ -265,6 +265,12 @@ def estimate(
         "percentiles are approximations from an analytic model: a steady state, or lock-step waves when lengths are fixed (see core/estimate/predict.py)",
         f"engine profile: {eng}{' ' + engine_version if engine_version else ''}; max_model_len {p.max_model_len}",
     ]
+    if arch.is_mla and eng == "vllm":
+        # A known gap, said rather than folded into the numbers: no physical term explains it yet.
+        notes.append(
+            "published vLLM runs of latent-attention models (DeepSeek-R1/V3.2 on 8x H200, vLLM 0.7-0.13) measured "
+            "1.5-2.5x less throughput than this estimate (bench/data/published.jsonl gpustack, dstackr1); size from the band's low edge"
+        )
     if not hardware.gpu.p2p and hardware.num_gpus > 1:
         notes.append("no GPU peer-to-peer: tensor-parallel all-reduces go through host memory, their share of the host's PCIe link each")
     if not configs:
