@@ -94,15 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     ):
         e = error(scale, c)
         print(f"  {label:62s} median error {np.median(e) * 100:5.1f}%  p90 {np.percentile(e, 90) * 100:5.1f}%")
-    held_out(fixed, (vllm["moe_mfu_scale"], hopper.get("expert_us", 0.0)), best)
+    held_out(path.with_name(path.name.replace("moe-", "grouped-")), fixed, (vllm["moe_mfu_scale"], hopper.get("expert_us", 0.0)), best)
     return 0
 
 
-def held_out(fixed: dict, shipped: tuple[float, float], fitted: tuple[float, float]) -> None:
+def held_out(path: Path, fixed: dict, shipped: tuple[float, float], fitted: tuple[float, float]) -> None:
     """The same term against timings it was not fitted to: bench/gpu_grouped_shapes.py's
     grid (128 experts, equal rows per expert, hidden 4096 and 7168, widths 96-2048, 16-512
     rows; bf16 gate/up and down, no activation)."""
-    path = DATA.parent / "grouped-h100.json"
     if not path.exists():
         print(f"held-out check skipped: no {path.name}")
         return
