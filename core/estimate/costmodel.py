@@ -261,10 +261,9 @@ class CostModel:
         self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active / moe_scale) / tp
         self._moe = arch.is_moe
         if self._moe:
-            # A touched expert costs its weights at the grouped kernel's bandwidth plus a fixed
-            # ramp per expert (its tiles start, stream K, drain), whatever its width: under TP
-            # every GPU holds a slice of every expert, so the bytes shrink TP-fold and the ramps
-            # do not (bench/gpu_moe_kernels.py, bench/data/moe-h100.json).
+            # A touched expert costs its weights' bytes plus a fixed ramp (its tiles start,
+            # stream K, drain) whatever its width: under TP every GPU holds a slice of every
+            # expert, so the bytes shrink TP-fold and the ramps do not (bench/gpu_moe_kernels.py).
             expert_bytes_layer = arch.weight_bytes_experts / max(arch.num_moe_layers, 1) / arch.num_experts / tp
             self._expert_s = arch.num_moe_layers * (expert_bytes_layer * self._s_per_weight_byte + eff.get("expert_us", 0.0) * 1e-6)
             self._E = arch.num_experts
