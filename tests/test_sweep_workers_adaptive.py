@@ -31,9 +31,13 @@ from core.sweep import build_spec, create_study, lease
 SERVER = "tensor_parallel_size=[1,2];max_num_seqs=[16,32,48,64,96,128,192,256,384,512]"  # 20 configurations
 # A tight E2E limit: the estimator ranks the loads, the top one measured breaks the SLO on most
 # configurations, so those run two loads (a worker can be caught between them); about half
-# of the configurations cannot beat the best measured and are pruned.
+# of the configurations cannot beat the best measured and are pruned. The limit depends on the
+# cost model's numbers. With those of 2026-11-27, 20-23 s gives 9 of 10 measured configurations
+# two loads and 10 pruned as unable to beat the best measured; 18-19 s and 25 s give one load
+# each, 15-17 s prunes them as missing the SLOs instead. If the model moves and these tests
+# fail on that, re-pick it from the single runner's points and skip reasons per limit.
 CLIENT = "max_concurrency=[8,16,32,64];num_prompts=3000"
-CONSTRAINTS = "e2e_latency:p99<25s"
+CONSTRAINTS = "e2e_latency:p99<21s"
 N_WORKERS = 3
 
 
