@@ -17,12 +17,11 @@ GEMMs with row-wise scales (``torch._scaled_grouped_mm``) beside bf16 grouped GE
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
+from bench.gpu_run import cuda_torch, emit, parser, write
 from bench.gpu_moe_kernels import route
 
 HIDDEN, HEADS, Q_LORA, KV_LORA, ROPE, NOPE, V_HEAD, DENSE_INTER, MOE_INTER = 7168, 128, 1536, 512, 64, 128, 128, 18432, 2048
@@ -105,7 +104,7 @@ def measure(torch, peak: dict, out: list, timer, device: str, tps, tokens_list) 
                 row[f"{kind}_us"] = t * 1e6
                 row[f"{kind}_mfu"] = flops / t / 1e12 / p
             out.append(row)
-            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            emit(row)
 
 
 def measure_grouped(torch, peak: dict, out: list, timer, device: str) -> None:
@@ -145,22 +144,14 @@ def measure_grouped(torch, peak: dict, out: list, timer, device: str) -> None:
                 except Exception as exc:  # noqa: BLE001
                     row[f"{kind}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
             out.append(row)
-            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            emit(row)
         torch.cuda.empty_cache()
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu", required=True, choices=sorted(PEAKS), help="which datasheet peaks to divide by")
-    ap.add_argument("--out", help="write the rows as JSON here")
-    args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpu_fp8_kernels: PyTorch is not installed here (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("gpu_fp8_kernels: no CUDA GPU visible (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
+    args = parser(__doc__, PEAKS).parse_args(argv)
+    torch = cuda_torch("gpu_fp8_kernels")
+    if torch is None:
         return 2
     rows: list = []
     began = time.time()
@@ -170,18 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         measure_grouped(torch, PEAKS[args.gpu], rows, timer, "cuda")
     except Exception as exc:  # noqa: BLE001  # keep the dense rows whatever happens here
         rows.append({"what": "grouped_error", "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-    info = {
-        "gpu": args.gpu,
-        "device_name": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "seconds": round(time.time() - began, 1),
-        "peaks": PEAKS[args.gpu],
-        "kernel": "torch._scaled_mm: tensor-wise, row-wise and block-wise (1x128 activations, 128x128 weights) FP8; bf16 matmul",
-    }
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"info": info, "rows": rows}, fh, indent=1)
+    kernel = "torch._scaled_mm: tensor-wise, row-wise and block-wise (1x128 activations, 128x128 weights) FP8; bf16 matmul"
+    write(args.out, torch, args.gpu, PEAKS[args.gpu], began, rows, kernel=kernel)
     return 0
 
 

@@ -19,12 +19,11 @@ region a CUDA graph (bench.gpu_kernels.graph_time_s).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
+from bench.gpu_run import cuda_torch, emit, parser, write
 
 EXPERTS = 128
 WIDTHS = (96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
@@ -46,17 +45,9 @@ def one_gemm(torch, rows: int, n: int, k: int, fp8: bool):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu", required=True, choices=sorted(PEAKS), help="which datasheet peaks to divide by")
-    ap.add_argument("--out", help="write the rows as JSON here")
-    args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpu_grouped_shapes: PyTorch is not installed here (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("gpu_grouped_shapes: no CUDA GPU visible (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
+    args = parser(__doc__, PEAKS).parse_args(argv)
+    torch = cuda_torch("gpu_grouped_shapes")
+    if torch is None:
         return 2
     peak = PEAKS[args.gpu]
     rows_out: list = []
@@ -76,19 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                             row[f"{kind}_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
                         torch.cuda.empty_cache()
                     rows_out.append(row)
-                    print(json.dumps({k2: (round(v, 4) if isinstance(v, float) else v) for k2, v in row.items()}), flush=True)
-    info = {
-        "gpu": args.gpu,
-        "device_name": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "seconds": round(time.time() - began, 1),
-        "peaks": peak,
-        "kernel": "torch._grouped_mm (bf16) and torch._scaled_grouped_mm (FP8, row-wise scales), 128 equal groups",
-    }
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"info": info, "rows": rows_out}, fh, indent=1)
+                    emit(row)
+    kernel = "torch._grouped_mm (bf16) and torch._scaled_grouped_mm (FP8, row-wise scales), 128 equal groups"
+    write(args.out, torch, args.gpu, peak, began, rows_out, kernel=kernel)
     return 0
 
 

@@ -9,7 +9,7 @@ priors only as independent as the people who set them. This script measures them
 with PyTorch and nothing of knee, so the priors can come from a GPU, not from the rows they
 are later judged on:
 
-    python3 bench/gpu_kernels.py --gpu H100-SXM --out kernels.json
+    python3 -m bench.gpu_kernels --gpu H100-SXM --out kernels.json
 
 Shapes are Llama-3.1-8B's (hidden 4096, 32 query / 8 KV heads of 128, MLP 14336), 32 layers
 of distinct weights so nothing stays in L2; every timed region is a CUDA graph replayed
@@ -22,11 +22,12 @@ has no knee environment.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
+
+from bench.gpu_run import cuda_torch, emit, parser, write
 
 # Datasheet peaks (dense), the same figures core/catalog/data/gpus.toml uses.
 PEAKS = {
@@ -308,17 +309,9 @@ def summarize(rows: list) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu", required=True, choices=sorted(PEAKS), help="which datasheet peaks to divide by")
-    ap.add_argument("--out", help="write the rows and the summary as JSON here")
-    args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpu_kernels: PyTorch is not installed here (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("gpu_kernels: no CUDA GPU visible (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
+    args = parser(__doc__, PEAKS).parse_args(argv)
+    torch = cuda_torch("gpu_kernels")
+    if torch is None:
         return 2
     peak = PEAKS[args.gpu]
     rows: list = []
@@ -339,20 +332,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"what": getattr(step, "__name__", "step"), "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
             torch.cuda.empty_cache()
         for r in rows[n:]:
-            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+            emit(r)
     summary = summarize(rows)
-    info = {
-        "gpu": args.gpu,
-        "device_name": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "seconds": round(time.time() - began, 1),
-        "peaks": peak,
-    }
     print("summary", json.dumps({k: (round(v, 3) if v is not None else None) for k, v in summary.items()}))
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"info": info, "summary": summary, "rows": rows}, fh, indent=1)
+    write(args.out, torch, args.gpu, peak, began, rows, summary=summary)
     return 0
 
 

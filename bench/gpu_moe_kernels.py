@@ -26,12 +26,11 @@ a grouped kernel reaches on these shapes; they are not vLLM's timings.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
+from bench.gpu_run import cuda_torch, emit, parser, write
 
 # hidden, moe_intermediate, routed experts, top-k: from the bundled configs
 # (core/catalog/data/models/*.json).
@@ -128,7 +127,7 @@ def measure(torch, peak: dict, out: list, timer, device: str, models: dict, tps,
                     bw_fraction=touched * expert_bytes / t / 1e9 / peak["bandwidth_gbps"],
                 )
                 out.append(row)
-                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+                emit(row)
                 del x
             del w_up, w_down
             if device == "cuda":
@@ -144,38 +143,20 @@ def cpu_timer(fn) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpu", required=True, choices=sorted(PEAKS), help="which datasheet peaks to divide by")
-    ap.add_argument("--out", help="write the rows as JSON here")
+    ap = parser(__doc__, PEAKS)
     ap.add_argument("--cpu-check", action="store_true", help="run tiny shapes on the CPU to check the script itself (no figures)")
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("gpu_moe_kernels: PyTorch is not installed here (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
+    torch = cuda_torch("gpu_moe_kernels", need_gpu=not args.cpu_check)
+    if torch is None:
         return 2
     rows: list = []
     began = time.time()
     if args.cpu_check:
-        tiny = {"tiny": (64, 96, 8, 2)}
-        measure(torch, PEAKS[args.gpu], rows, cpu_timer, "cpu", tiny, (1, 2), (1, 8, 32))
-    elif not torch.cuda.is_available():
-        print("gpu_moe_kernels: no CUDA GPU visible (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
-        return 2
+        measure(torch, PEAKS[args.gpu], rows, cpu_timer, "cpu", {"tiny": (64, 96, 8, 2)}, (1, 2), (1, 8, 32))
     else:
         measure(torch, PEAKS[args.gpu], rows, lambda fn: graph_time_s(fn, torch), "cuda", MODELS, TPS, TOKENS)
-    info = {
-        "gpu": args.gpu,
-        "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (check only)",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "seconds": round(time.time() - began, 1),
-        "peaks": PEAKS[args.gpu],
-        "kernel": "torch._grouped_mm (bf16), uniform random top-k routing; dense = same rows through one expert's weights",
-    }
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"info": info, "rows": rows}, fh, indent=1)
+    kernel = "torch._grouped_mm (bf16), uniform random top-k routing; dense = same rows through one expert's weights"
+    write(args.out, torch, args.gpu, PEAKS[args.gpu], began, rows, kernel=kernel)
     return 0
 
 

@@ -1,0 +1,56 @@
+"""What every GPU measurement script here shares: its two arguments, finding PyTorch with a
+CUDA GPU, printing a row as it is measured, and the JSON file it writes.
+
+Standard library only, like the scripts: the GPU machine they run on has no knee environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def parser(doc: str, peaks: dict) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--gpu", required=True, choices=sorted(peaks), help="which datasheet peaks to divide by")
+    ap.add_argument("--out", help="write the rows (and the summary, where there is one) as JSON here")
+    return ap
+
+
+def cuda_torch(tool: str, need_gpu: bool = True):
+    """PyTorch, with a CUDA GPU visible unless ``need_gpu`` is False; None after saying why not."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{tool}: PyTorch is not installed here (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
+        return None
+    if need_gpu and not torch.cuda.is_available():
+        print(f"{tool}: no CUDA GPU visible (this measures a CUDA GPU; run it where one is)", file=sys.stderr)
+        return None
+    return torch
+
+
+def emit(row: dict) -> None:
+    """One measured row on stdout, as it comes (a long run shows progress, a killed one its rows)."""
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+
+
+def write(path: str | None, torch, gpu: str, peaks: dict, began: float, rows: list, **extra) -> dict:
+    """The run's ``info`` (GPU, PyTorch and CUDA versions, seconds, peaks, ``extra``) and, when
+    ``path`` is given, ``{"info", **extra-sections, "rows"}`` written there as JSON."""
+    sections = {k: extra.pop(k) for k in list(extra) if k in ("summary",)}
+    info = {
+        "gpu": gpu,
+        "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (check only)",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "seconds": round(time.time() - began, 1),
+        "peaks": peaks,
+        **extra,
+    }
+    if path:
+        with open(path, "w") as fh:
+            json.dump({"info": info, **sections, "rows": rows}, fh, indent=1)
+    return info
