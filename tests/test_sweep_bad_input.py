@@ -239,3 +239,19 @@ def test_plan_form_says_which_server_args_the_simulator_does_not_model():
     assert hints["server_args"] == "4 combinations · the simulator does not model enforce_eager"
     _, _, hints = check_fields({**values, "engine": "vllm"})
     assert hints["server_args"] == "4 combinations"
+
+
+def test_plan_form_reads_gpus_without_peer_to_peer():
+    """The Plan screen's twin of `knee estimate --no-gpu-p2p`: a hardware field ending in
+    no-p2p sets the plan's gpu_p2p, its hint says what that means, and it round-trips."""
+    from tui.data.plan_form import check_fields, fields_from_plan
+    from tui.demo import demo_sweep_plan
+
+    values = {**fields_from_plan(demo_sweep_plan()), "hardware": "2x A100-80GB no-p2p"}
+    plan, errors, hints = check_fields(values)
+    assert plan is not None and not errors
+    assert (plan.gpu, plan.num_gpus, plan.gpu_p2p) == ("A100-80GB", 2, False)
+    assert hints["hardware"].endswith("· no GPU P2P")
+    assert fields_from_plan(plan)["hardware"] == "2x A100-80GB no-p2p"
+    plan, _, hints = check_fields({**values, "hardware": "2x A100-80GB"})
+    assert plan is not None and plan.gpu_p2p and "P2P" not in hints["hardware"]

@@ -41,19 +41,24 @@ CHOICE_FIELDS = {
     "objective": ("max_throughput", "min_cost", "min_latency"),
     "engine": ("sim", "vllm", "sglang", "custom", "external", "sagemaker"),
 }
+# "2x A100-80GB no-p2p": GPUs that cannot reach each other peer-to-peer (Plan.gpu_p2p).
+_NO_P2P = re.compile(r"[\s,;]+no[-_ ]?p2p\s*$", re.IGNORECASE)
 _GPU_COUNT = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*(.+?)|(.+?)\s*[x×*]\s*(\d+))\s*$", re.IGNORECASE)
 
 
 def hardware_text(plan: Plan) -> str:
-    if plan.instance:
-        return plan.instance
-    return f"{plan.num_gpus or 1}x {plan.gpu}"
+    text = plan.instance if plan.instance else f"{plan.num_gpus or 1}x {plan.gpu}"
+    return text if plan.gpu_p2p else f"{text} no-p2p"
 
 
 def parse_hardware(text: str) -> dict[str, object]:
-    """``ml.g6.12xlarge`` → an instance; ``4x L4`` / ``L4x4`` / ``H100`` → GPU and count.
-    Raises :class:`BadInput` (via the catalog) naming what is unknown."""
+    """``ml.g6.12xlarge`` → an instance; ``4x L4`` / ``L4x4`` / ``H100`` → GPU and count; a
+    trailing ``no-p2p`` → GPUs without peer-to-peer. Raises :class:`BadInput` (via the catalog)
+    naming what is unknown."""
     t = text.strip()
+    no_p2p = _NO_P2P.search(t)
+    if no_p2p:
+        return {**parse_hardware(t[: no_p2p.start()]), "gpu_p2p": False}
     if not t:
         from core.errors import BadInput
 
@@ -61,20 +66,22 @@ def parse_hardware(text: str) -> dict[str, object]:
     # Instance names, with or without the "ml." prefix ("g6.12xlarge" is not 12 GPUs).
     if t.startswith("ml.") or "xlarge" in t:
         inst = get_instance(t)
-        return {"instance": inst.name, "gpu": None, "num_gpus": None}
+        return {"instance": inst.name, "gpu": None, "num_gpus": None, "gpu_p2p": True}
     m = _GPU_COUNT.match(t)
     if m:
         count, name = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
         gpu = get_gpu(name.strip())
-        return {"instance": None, "gpu": gpu.name, "num_gpus": int(count)}
+        return {"instance": None, "gpu": gpu.name, "num_gpus": int(count), "gpu_p2p": True}
     gpu = get_gpu(t)
-    return {"instance": None, "gpu": gpu.name, "num_gpus": 1}
+    return {"instance": None, "gpu": gpu.name, "num_gpus": 1, "gpu_p2p": True}
 
 
 def hardware_hint(plan: Plan) -> str:
     """One line about the hardware: GPUs, memory and the dated price where there is one."""
-    hw = resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance)
+    hw = resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance, gpu_p2p=plan.gpu_p2p)
     line = f"{hw.num_gpus}x {hw.gpu.name} · {hw.gpu.memory_gb:g} GB · {hw.gpu.bandwidth_gbps:g} GB/s · {hw.gpu.link}"
+    if not hw.gpu.p2p and hw.num_gpus > 1:
+        line += " · no GPU P2P"
     inst = hw.instance
     if inst and inst.price_per_hour:
         dated = f", {inst.price_date}" if inst.price_date else ""
@@ -220,7 +227,7 @@ def check_fields(values: dict[str, str]) -> tuple[Plan | None, dict[str, str], d
 
     if "hardware" not in errors:
         try:
-            hints["hardware"] = hardware_hint(Plan(**{k: data.get(k) for k in ("instance", "gpu", "num_gpus")}))
+            hints["hardware"] = hardware_hint(Plan(**{k: data.get(k) for k in ("instance", "gpu", "num_gpus", "gpu_p2p")}))
         except KneeError as e:  # pragma: no cover - parse_hardware already resolved it
             errors["hardware"] = str(e)
     if errors:

@@ -30,7 +30,7 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         "Model and hardware",
         (
             ("model", "model", "HF id or local path, e.g. Qwen/Qwen3-4B"),
-            ("hardware", "hardware", "ml.g6.12xlarge, or 4x L4"),
+            ("hardware", "hardware", "ml.g6.12xlarge, or 4x L4 (no-p2p: GPUs without peer-to-peer)"),
         ),
     ),
     (
