@@ -255,3 +255,24 @@ def test_plan_form_reads_gpus_without_peer_to_peer():
     assert fields_from_plan(plan)["hardware"] == "2x A100-80GB no-p2p"
     plan, _, hints = check_fields({**values, "hardware": "2x A100-80GB"})
     assert plan is not None and plan.gpu_p2p and "P2P" not in hints["hardware"]
+
+
+def test_sweep_no_gpu_p2p_simulates_the_host_staged_all_reduce(tmp_path, capsys):
+    """`knee sweep --no-gpu-p2p` (the twin of estimate's): stored with the study, and the
+    simulator's TP2 on NVLink GPUs then all-reduces through host memory: less throughput."""
+    throughput = {}
+    for flag in ([], ["--no-gpu-p2p"]):
+        db, name = tmp_path / f"p2p{len(flag)}.db", f"p2p{len(flag)}"
+        rc = main(
+            ["sweep", "-q", "--model", "Qwen/Qwen2.5-7B", "--engine", "sim", "--gpu", "A100-80GB", "--num-gpus", "2"]
+            + ["--server-args", "tensor_parallel_size=[2]", "--client-args", "max_concurrency=[32];num_prompts=200"]
+            + ["--storage", str(db), "--study", name, "--workspace", str(tmp_path), *flag]
+        )
+        capsys.readouterr()
+        assert rc == 0
+        store = StudyStore(db, create=False)
+        assert json.loads(store.study(name)["spec"])["gpu_p2p"] is (not flag)
+        (point,) = store.points(name)
+        throughput[bool(flag)] = point.summary["output_throughput"]
+        store.close()
+    assert throughput[True] < 0.8 * throughput[False]

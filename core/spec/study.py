@@ -66,6 +66,7 @@ class SweepSpec(BaseModel):
     instance: str | None = None
     gpu: str | None = None
     num_gpus: int | None = None
+    gpu_p2p: bool = True  # False: the GPUs cannot reach each other peer-to-peer (Plan.gpu_p2p)
     # Parsed argument sets: [{"names": [...], "values": [[...], ...]}, ...]
     server_sets: list[dict[str, Any]] = Field(default_factory=list)
     client_sets: list[dict[str, Any]] = Field(default_factory=list)

@@ -91,7 +91,7 @@ def create_study(store, spec: SweepSpec, name: str | None = None, extra_info: di
     info: dict[str, Any] = {"engine": spec.engine.kind, "strategy": spec.strategy}
     try:
         if spec.instance or spec.gpu:
-            hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance)
+            hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p)
             info["hardware_label"] = hw.label
             info["gpu_type"] = hw.gpu.name
             info["gpu_count"] = hw.num_gpus

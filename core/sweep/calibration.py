@@ -234,7 +234,7 @@ def machine_of(spec) -> tuple[Any, int | None]:
     from core.simulate.profiles import cpu_hardware
 
     if spec.instance or spec.gpu:
-        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance), None
+        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p), None
     env = dict(spec.engine.env or {})
     if spec.engine.kind != "sim" and "VLLM_CPU_KVCACHE_SPACE" in env:
         from core.catalog import load_model

@@ -55,7 +55,7 @@ def _hardware(spec: SweepSpec):
     from core.catalog import resolve_hardware
 
     if spec.instance or spec.gpu:
-        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance)
+        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p)
     return None
 
 

@@ -230,7 +230,7 @@ def gpu_budget(spec: SweepSpec, detected: list[int] | None = None) -> tuple[int,
             return None
         from core.catalog import resolve_hardware
 
-        hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance)
+        hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p)
         return hw.num_gpus, hw.label
     if eng.gpus is not None:
         return len(eng.gpus), f"--gpus {','.join(map(str, eng.gpus))}"

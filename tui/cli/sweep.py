@@ -51,6 +51,7 @@ def register(sub) -> None:
     p.add_argument("--instance", help=f"SageMaker instance type for the simulator, estimator and cost (default without GPUs: {DEMO_INSTANCE})")
     p.add_argument("--gpu", help="GPU type (e.g. L4, H100) instead of --instance")
     p.add_argument("--num-gpus", type=int, help="GPU count with --gpu")
+    p.add_argument("--no-gpu-p2p", action="store_true", help="the GPUs cannot reach each other peer-to-peer: all-reduces through host memory")
     p.add_argument("--gpus", help="GPUs the sweep may use: a count or a list like 0,1,2,3 (pinned per trial with CUDA_VISIBLE_DEVICES)")
     p.add_argument("--input-len", type=int, help="prompt tokens when the client args do not say (default 1024)")
     p.add_argument("--output-len", type=int, help="output tokens when the client args do not say (default 512)")

@@ -115,7 +115,19 @@ def build_spec_from_args(args):
     except TypeError as e:  # a sweep file's [engine] value of the wrong shape
         raise BadInput(f"bad engine settings: {e}") from None
     kw: dict[str, Any] = {}
-    for key in ("input_len", "output_len", "strategy", "objective", "warmup", "seed", "rest_s", "max_error_fraction", "early_stop", "parallel"):
+    for key in (
+        "input_len",
+        "output_len",
+        "strategy",
+        "objective",
+        "warmup",
+        "seed",
+        "rest_s",
+        "max_error_fraction",
+        "early_stop",
+        "parallel",
+        "gpu_p2p",
+    ):
         if key in file_kw:
             kw[key] = file_kw[key]
     for flag, key in (
@@ -131,6 +143,8 @@ def build_spec_from_args(args):
         v = getattr(args, flag)
         if v is not None:
             kw[key] = v
+    if getattr(args, "no_gpu_p2p", False):
+        kw["gpu_p2p"] = False
     for k, v in sla_tbl.items():
         kw[{"knob": "sla_knob", "min": "sla_min", "max": "sla_max", "tolerance": "sla_tolerance"}.get(k, k)] = v
     server_args = args.server_args if args.server_args else file_kw.get("server_sets")

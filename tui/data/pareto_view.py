@@ -212,7 +212,9 @@ def predictions(points: list[PointRow], model: str, instance: str | None, gpu: s
     if spec is None:
         return {}
     try:
-        pred = SurrogatePredictor(load_model(model), resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance))
+        pred = SurrogatePredictor(
+            load_model(model), resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance, gpu_p2p=getattr(spec, "gpu_p2p", True))
+        )
     except KneeError:
         return {}
     out: dict[str, PointRow] = {}

@@ -53,6 +53,7 @@ def spec_from_plan(plan: Plan) -> SweepSpec:
         instance=plan.instance,
         gpu=plan.gpu,
         num_gpus=plan.num_gpus,
+        gpu_p2p=plan.gpu_p2p,
         input_len=plan.input_len,
         output_len=plan.output_len,
         objective=OBJECTIVES.get(plan.objective, "throughput"),
