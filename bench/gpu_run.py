@@ -37,10 +37,9 @@ def emit(row: dict) -> None:
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
 
 
-def write(path: str | None, torch, gpu: str, peaks: dict, began: float, rows: list, **extra) -> dict:
+def write(path: str | None, torch, gpu: str, peaks: dict, began: float, rows: list, summary: dict | None = None, **extra) -> dict:
     """The run's ``info`` (GPU, PyTorch and CUDA versions, seconds, peaks, ``extra``) and, when
-    ``path`` is given, ``{"info", **extra-sections, "rows"}`` written there as JSON."""
-    sections = {k: extra.pop(k) for k in list(extra) if k in ("summary",)}
+    ``path`` is given, ``{"info", "summary" (where given), "rows"}`` written there as JSON."""
     info = {
         "gpu": gpu,
         "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (check only)",
@@ -52,5 +51,5 @@ def write(path: str | None, torch, gpu: str, peaks: dict, began: float, rows: li
     }
     if path:
         with open(path, "w") as fh:
-            json.dump({"info": info, **sections, "rows": rows}, fh, indent=1)
+            json.dump({"info": info, **({"summary": summary} if summary is not None else {}), "rows": rows}, fh, indent=1)
     return info

@@ -18,7 +18,8 @@ __all__ = [
 
 
 def plan_hardware(plan):
-    """The hardware a :class:`core.spec.plan.Plan` names (its instance, or GPU x count)."""
+    """The hardware a :class:`core.spec.plan.Plan` or a :class:`core.spec.study.SweepSpec`
+    names (its instance, or GPU x count, and whether the GPUs reach each other peer-to-peer)."""
     return resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance, gpu_p2p=plan.gpu_p2p)
 
 

@@ -85,13 +85,13 @@ def create_study(store, spec: SweepSpec, name: str | None = None, extra_info: di
     """Create study ``name`` from ``spec``. ``extra_info`` goes into the study's info in the
     same insert, so that no other process ever reads the study without it (a joining worker
     reads ``join`` and ``hardware`` the moment the row exists)."""
-    from core.catalog import resolve_hardware
+    from core.catalog import plan_hardware
 
     name = name or default_study_name(spec)
     info: dict[str, Any] = {"engine": spec.engine.kind, "strategy": spec.strategy}
     try:
         if spec.instance or spec.gpu:
-            hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p)
+            hw = plan_hardware(spec)
             info["hardware_label"] = hw.label
             info["gpu_type"] = hw.gpu.name
             info["gpu_count"] = hw.num_gpus

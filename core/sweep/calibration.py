@@ -230,11 +230,11 @@ def machine_of(spec) -> tuple[Any, int | None]:
     """(hardware, kv_tokens) a study's points were measured on: the spec's GPU or instance,
     or, for vLLM on CPU (``VLLM_CPU_KVCACHE_SPACE`` in the engine's environment), a CPU host
     whose KV cache is that many GiB. (None, None) where neither is known."""
-    from core.catalog import resolve_hardware
+    from core.catalog import plan_hardware
     from core.simulate.profiles import cpu_hardware
 
     if spec.instance or spec.gpu:
-        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p), None
+        return plan_hardware(spec), None
     env = dict(spec.engine.env or {})
     if spec.engine.kind != "sim" and "VLLM_CPU_KVCACHE_SPACE" in env:
         from core.catalog import load_model

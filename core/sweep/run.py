@@ -52,10 +52,10 @@ log = logging.getLogger(__name__)
 
 
 def _hardware(spec: SweepSpec):
-    from core.catalog import resolve_hardware
+    from core.catalog import plan_hardware
 
     if spec.instance or spec.gpu:
-        return resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p)
+        return plan_hardware(spec)
     return None
 
 

@@ -228,9 +228,9 @@ def gpu_budget(spec: SweepSpec, detected: list[int] | None = None) -> tuple[int,
     if eng.kind == "sim":
         if not (spec.instance or spec.gpu):
             return None
-        from core.catalog import resolve_hardware
+        from core.catalog import plan_hardware
 
-        hw = resolve_hardware(gpu=spec.gpu, num_gpus=spec.num_gpus, instance=spec.instance, gpu_p2p=spec.gpu_p2p)
+        hw = plan_hardware(spec)
         return hw.num_gpus, hw.label
     if eng.gpus is not None:
         return len(eng.gpus), f"--gpus {','.join(map(str, eng.gpus))}"

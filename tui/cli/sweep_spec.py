@@ -143,7 +143,7 @@ def build_spec_from_args(args):
         v = getattr(args, flag)
         if v is not None:
             kw[key] = v
-    if getattr(args, "no_gpu_p2p", False):
+    if args.no_gpu_p2p:
         kw["gpu_p2p"] = False
     for k, v in sla_tbl.items():
         kw[{"knob": "sla_knob", "min": "sla_min", "max": "sla_max", "tolerance": "sla_tolerance"}.get(k, k)] = v

@@ -212,9 +212,7 @@ def predictions(points: list[PointRow], model: str, instance: str | None, gpu: s
     if spec is None:
         return {}
     try:
-        pred = SurrogatePredictor(
-            load_model(model), resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance, gpu_p2p=getattr(spec, "gpu_p2p", True))
-        )
+        pred = SurrogatePredictor(load_model(model), resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance, gpu_p2p=spec.gpu_p2p))
     except KneeError:
         return {}
     out: dict[str, PointRow] = {}

@@ -57,8 +57,10 @@ def parse_hardware(text: str) -> dict[str, object]:
     naming what is unknown."""
     t = text.strip()
     no_p2p = _NO_P2P.search(t)
-    if no_p2p:
-        return {**parse_hardware(t[: no_p2p.start()]), "gpu_p2p": False}
+    return {**_parse_machine(t[: no_p2p.start()] if no_p2p else t), "gpu_p2p": not no_p2p}
+
+
+def _parse_machine(t: str) -> dict[str, object]:
     if not t:
         from core.errors import BadInput
 
@@ -66,14 +68,14 @@ def parse_hardware(text: str) -> dict[str, object]:
     # Instance names, with or without the "ml." prefix ("g6.12xlarge" is not 12 GPUs).
     if t.startswith("ml.") or "xlarge" in t:
         inst = get_instance(t)
-        return {"instance": inst.name, "gpu": None, "num_gpus": None, "gpu_p2p": True}
+        return {"instance": inst.name, "gpu": None, "num_gpus": None}
     m = _GPU_COUNT.match(t)
     if m:
         count, name = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
         gpu = get_gpu(name.strip())
-        return {"instance": None, "gpu": gpu.name, "num_gpus": int(count), "gpu_p2p": True}
+        return {"instance": None, "gpu": gpu.name, "num_gpus": int(count)}
     gpu = get_gpu(t)
-    return {"instance": None, "gpu": gpu.name, "num_gpus": 1, "gpu_p2p": True}
+    return {"instance": None, "gpu": gpu.name, "num_gpus": 1}
 
 
 def hardware_hint(plan: Plan) -> str:
