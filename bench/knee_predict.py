@@ -10,13 +10,12 @@ import re
 from bench import rows as R
 
 
-def predict_knee(row: dict, arch, gpu=None) -> dict:
-    """knee's estimate for the row (``gpu``: the row's GPU spec, looked up when not given)."""
+def _predict(row: dict, arch, gpu, pool_cached: bool):
+    """(Prediction, Predictor, ServerConfig) for the row, the prompt pool cached or not."""
     from core.estimate.predict import Predictor
 
     w = row["workload"]
     notes = row.get("notes", "")
-    gpu = gpu or R.gpu_of(row)
     knobs = {**R.engine_defaults(row, gpu), **R.knobs(notes)}
     gmu = knobs.pop("gpu_memory_utilization", 0.9)
     mml = knobs.pop("max_model_len", None)
@@ -24,7 +23,7 @@ def predict_knee(row: dict, arch, gpu=None) -> dict:
     p = Predictor(
         arch,
         gpu,
-        R.workload(row),
+        R.workload(row, pool_cached),
         kv_dtype=row.get("kv_dtype") or "auto",
         engine=row.get("engine") or "vllm",
         engine_version=row.get("engine_version"),
@@ -51,6 +50,29 @@ def predict_knee(row: dict, arch, gpu=None) -> dict:
         pred = p.max_throughput(cfg, num_prompts=b) if b > 1 else p.predict(cfg, concurrency=1)
     else:
         raise ValueError(f"unknown mode {mode!r}")
+    return pred, p, cfg
+
+
+def pool_cached(row: dict, arch, gpu=None) -> bool:
+    """Whether the prefix cache holds the row's cycled prompts when they come round
+    (:func:`bench.rows.pool_resident`), judged on the estimator's running batch and KV cache
+    with every running prompt in blocks of its own (as they are: the estimator's shared
+    prefix is held once, which would hide the pool's memory); True for a row whose client
+    cycles none. The simulator's bench takes the same answer, so both predictors see the
+    same workload."""
+    pool = R.prompt_pool(row)
+    if not pool:
+        return True
+    pred, p, cfg = _predict(row, arch, gpu or R.gpu_of(row), False)
+    isl, osl = R.mean_lengths(row)
+    return R.pool_resident(pool, pred.running, isl, osl, p.memory(cfg).kv_tokens)
+
+
+def predict_knee(row: dict, arch, gpu=None) -> dict:
+    """knee's estimate for the row (``gpu``: the row's GPU spec, looked up when not given)."""
+    gpu = gpu or R.gpu_of(row)
+    pred, _, _ = _predict(row, arch, gpu, pool_cached(row, arch, gpu))
+    notes = row.get("notes", "")
     stat = "p50" if R.stat(row) == "median" else "mean"
     # The schema's itl_ms is TPOT; a row whose notes define its figure as the pooled
     # inter-chunk gap (benchmark_serving's ITL) is compared with knee's gap statistic.

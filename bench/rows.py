@@ -20,7 +20,8 @@ Every rule applies to every row the same way; nothing is keyed on a row id:
 - lengths: the row's means; ShareGPT rows with none use the ShareGPT means with a Llama-3
   tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the source's
   client documents them (:func:`lengths`).
-- inference-perf's shared_prefix workloads: the shared system prompt (:func:`shared_prefix`)
+- inference-perf's shared_prefix workloads: a pool of 100 prompts cycled, which the prefix
+  cache serves whole while it holds them (:func:`prompt_pool`, :func:`pool_resident`)
   and the client timeout (:func:`client_timeout`).
 - prompt counts from the notes (:func:`prompt_count`); statistic ``median``/``p50`` rows
   are compared with medians, the rest with means (:func:`stat`).
@@ -251,14 +252,40 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
     return LengthDist.of(mean)
 
 
-def shared_prefix(row: dict) -> int:
-    """inference-perf's shared_prefix workloads (the infsim rows): every prompt starts with
-    one of a few system prompts, 150 tokens for "roleplay" and 100 for the others, as the
-    runs' profile.yaml in inference-sim/training states; vLLM's prefix cache serves it."""
-    src = row.get("source") or ""
-    if "inference-perf" not in (row.get("notes") or ""):
+# inference-perf's shared_prefix generator draws ``num_groups x num_prompts_per_group``
+# prompts (a system prompt per group, a question per prompt) once and then cycles through
+# them (``SharedPrefixDataGenerator.get_data``: ``i = (i + 1) % len(prompts)``). The infsim
+# runs' results/config.yaml in inference-sim/training show 10 x 10: 100 prompts for
+# 4800-24000 requests. (Their profile.yaml asks for 9 x 5 with multi-turn chat under field
+# names the installed inference-perf did not read; the measured mean prompt, 575 tokens =
+# 100 + 447 + tokenizer drift, confirms single turns.)
+INFERENCE_PERF_PROMPTS = 100
+
+
+def prompt_pool(row: dict) -> int:
+    """How many distinct prompts the row's client cycled through (0: every prompt new)."""
+    return INFERENCE_PERF_PROMPTS if "inference-perf" in (row.get("notes") or "") else 0
+
+
+def system_prompt(row: dict) -> int:
+    """inference-perf's shared system prompt: 150 tokens for "roleplay", 100 for the others,
+    as the runs' config.yaml states."""
+    if not prompt_pool(row):
         return 0
-    return 150 if "roleplay" in src else 100
+    return 150 if "roleplay" in (row.get("source") or "") else 100
+
+
+def pool_resident(pool: int, running: float, input_len: float, output_len: float, kv_tokens: float) -> bool:
+    """Whether a prompt of a cycled pool is still in vLLM's prefix cache when it comes round
+    again: its previous request is still running (the pool is no larger than the running
+    batch), or it finished recently enough that its blocks are among those the running
+    sequences have not yet taken back from the free queue (vLLM evicts free blocks least
+    recently used first). A pool that cycles through more than the cache holds misses every
+    time (LRU on a cyclic scan)."""
+    if pool <= running:
+        return True
+    free = kv_tokens - running * (input_len + output_len / 2.0)
+    return (pool - running) * (input_len + output_len) <= free
 
 
 def client_timeout(row: dict) -> float | None:
@@ -270,13 +297,16 @@ def client_timeout(row: dict) -> float | None:
     return None
 
 
-def workload(row: dict):
+def workload(row: dict, pool_cached: bool = True):
     """The row's :class:`Workload`. A shared-prefix prompt is the prefix plus a drawn suffix
-    (the ``shared-prefix`` dataset's convention, in the load generator and the simulator)."""
+    (the ``shared-prefix`` dataset's convention, in the load generator and the simulator).
+    For a client that cycles a prompt pool (:func:`prompt_pool`), ``pool_cached`` says whether
+    the prefix cache still holds a prompt when it comes round (:func:`pool_resident`): then
+    the whole prompt but its last token is the cached prefix, else the system prompt alone."""
     from core.spec.workload import Workload
 
     isl, osl = mean_lengths(row)
-    pre = shared_prefix(row)
+    pre = max(0, int(isl) - 1) if (prompt_pool(row) and pool_cached) else system_prompt(row)
     return Workload(
         input=lengths(row, max(1.0, isl - pre), "input", osl),
         output=lengths(row, osl, "output", isl),

@@ -36,7 +36,8 @@ estimator's bench), so both predictors see the same servers, lengths and loads:
 - lengths: the row's means; ShareGPT rows with none use the ShareGPT means with a
   Llama-3 tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the
   source's client documents them (:func:`bench.rows.lengths`), the shared system prompt of
-  inference-perf's shared_prefix workloads (:func:`bench.rows.shared_prefix`) and its
+  inference-perf's shared_prefix workloads (:func:`bench.rows.prompt_pool`, cached or not as
+  :func:`bench.knee_predict.pool_cached` judges) and its
   client timeout (:func:`bench.rows.client_timeout`).
 - load: ``online-concurrency`` -> closed loop at ``concurrency`` (a request rate stated too
   caps nothing: it is the burst that fills the concurrency); ``online-rate`` -> open loop at
@@ -59,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import rows as R  # noqa: E402  (after the path set-up: run as a script)
+from bench.knee_predict import pool_cached  # noqa: E402
 from bench.rows import DEFAULT, LABELS, METRICS, ape  # noqa: E402
 
 ACCEPT = {"req_per_s": 0.20, "output_tok_per_s": 0.20, "ttft_ms": 0.30}
@@ -76,7 +78,7 @@ def simulate_row(row: dict):
     notes = row.get("notes", "")
     tp, dp = R.topology(row)
     hw = Hardware(gpu=R.gpu_of(row), num_gpus=max(int(row.get("num_gpus") or 1), tp * dp))
-    workload = R.workload(row)
+    workload = R.workload(row, pool_cached(row, arch))
     knobs = R.knobs(notes)
     # The estimator's bench assumes the max_model_len a user would pass for the workload when
     # the row states none; the simulator gets the same, not vLLM's model-length default, so a

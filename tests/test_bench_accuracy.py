@@ -117,3 +117,23 @@ def test_accuracy_reports_only_the_sources_asked_for(rows_path, capsys):
     assert accuracy.main([str(rows_path), "--json", "--sources", "good"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert [r["id"] for r in rep["rows"]] == ["good-1"] and rep["skipped"] == [] and rep["summary"]["rows"] == 1
+
+
+def test_a_cycled_prompt_pool_is_cached_only_while_the_cache_holds_it():
+    from bench.rows import pool_resident, prompt_pool, workload
+
+    # The previous request of a prompt is still running: a hit, however small the cache.
+    assert pool_resident(100, running=128, input_len=1000, output_len=1000, kv_tokens=0)
+    # Few running, room to spare: the pool's 100 prompts stay in the free blocks.
+    assert pool_resident(100, running=10, input_len=600, output_len=250, kv_tokens=100_000)
+    # The running batch fills the cache: the pool cycles through more than is left (LRU misses).
+    assert not pool_resident(100, running=65, input_len=1083, output_len=1448, kv_tokens=119_000)
+
+    perf = _row("perf", mode="online-rate", concurrency=None, request_rate=4.0)
+    perf["notes"] = "inference-perf vs live vLLM; open-loop constant-rate arrivals"
+    assert prompt_pool(perf) == 100 and prompt_pool(GOOD) == 0
+    isl = perf["workload"]["input_len"]
+    cached, missed = workload(perf, True), workload(perf, False)
+    assert cached.prepended_len == int(isl) - 1  # the whole prompt but its last token
+    assert missed.prepended_len == 100  # the system prompt alone
+    assert workload(GOOD).prepended_len == 0

@@ -304,6 +304,10 @@ class CostModel:
         self._host = (prof["step_us"] + workers) * 1e-6
         self._gpu_fixed = (prof["layer_us"] * layers + prof["moe_layer_us"] * arch.num_moe_layers) * 1e-6
         self._async = bool(prof.get("async_scheduling", 0))
+        # With async scheduling the host schedules step N+1 while the GPU runs step N, so a
+        # request that arrives during step N cannot join before N+2: one whole step more
+        # between arrival and first token whenever the engine is busy.
+        self.steps_ahead = 1 if self._async else 0
         self._per_seq = prof["seq_us"] * 1e-6
         self.request_overhead_s = prof["request_ms"] * 1e-3
         self.output_token_overhead_s = prof["output_token_us"] * 1e-6

@@ -59,7 +59,7 @@ def finish(
     busy = min(1.0, max(others, 0.0))
     ms = multi_step(cfg)
     f1, storm = first_wave
-    ttft_mean = ovh + wait + st.align(others) * ms + st.prefill + f1 * storm / 2.0
+    ttft_mean = ovh + wait + st.align(others, ms, cm.steps_ahead) + st.prefill + f1 * storm / 2.0
     tok = cm.output_token_overhead_s
     # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
     # (or, without chunked prefill, gaps that span a whole prefill step); for a burst,

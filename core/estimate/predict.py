@@ -253,14 +253,14 @@ class Predictor:
             for _ in range(8):
                 # Little's law: of the C requests a client holds, the engine runs those not in
                 # API overhead or waiting for the next step.
-                e = ovh + st.align(n - 1) * ms + st.cycle + tail
+                e = ovh + st.align(n - 1, ms, cm.steps_ahead) + st.cycle + tail
                 n_new = min(cap, max(min(c, 1.0), c * st.cycle / e))
                 if abs(n_new - n) < 1e-3 * max(n, 1.0):
                     break
                 n = 0.5 * (n + n_new)
                 st = steady_state(self.shape, cm, n, budget, cached)
             x = st.throughput
-            e = ovh + st.align(n - 1) * ms + st.cycle + tail
+            e = ovh + st.align(n - 1, ms, cm.steps_ahead) + st.cycle + tail
             wait = max(0.0, c / x - e) if x > 0 else math.inf
             limited = "load" if n < cap - 1e-6 else cap_reason
             resumed = 0.0

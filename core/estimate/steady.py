@@ -71,10 +71,12 @@ class State:
     def mean_step(self) -> float:
         return self.cycle / self.steps if self.steps else 0.0
 
-    def align(self, others: float) -> float:
-        """Mean wait for the step in flight to end before a new request can join: half a
-        step when the engine is busy with ``others`` sequences, nothing when it is idle."""
-        return 0.5 * self.mean_step * min(1.0, max(others, 0.0))
+    def align(self, others: float, group: int = 1, ahead: int = 0) -> float:
+        """Mean wait before a new request's first step can start: half of the step group in
+        flight (``group`` steps per scheduling pass under multi-step scheduling), plus the
+        ``ahead`` steps an engine that schedules ahead had already committed when it arrived,
+        when the engine is busy with ``others`` sequences; nothing when it is idle."""
+        return (0.5 * group + ahead) * self.mean_step * min(1.0, max(others, 0.0))
 
 
 def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: float = 0.0) -> State:

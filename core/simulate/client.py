@@ -118,7 +118,7 @@ class SimClient:
             rep = min(reps, key=Replica.load)
         if not rep.has_work and rep.t < t:
             rep.t = t  # an idle engine picks the request up at once
-        rep.enqueue(rid)
+        rep.enqueue(rid, t)
 
     def finished(self, rid: int, t: float) -> None:
         """A request completed or failed on the engine at engine time ``t``; the client

@@ -40,6 +40,7 @@ time.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 
 # Callers take the request table and its states from here too.
@@ -65,6 +66,7 @@ class Replica:
         on_finish,
         *,
         scheduler_steps: int = 1,
+        schedules_ahead: bool = False,
     ):
         self.index = index
         self.reqs = reqs
@@ -80,6 +82,11 @@ class Replica:
         # Decode steps per scheduling decision: more than 1 only under V0's multi-step
         # scheduling (the V0 subclass reads it); V1 decides every step.
         self.scheduler_steps = max(1, int(scheduler_steps))
+        # Async scheduling (vLLM >= 0.14): the next step's batch is formed when this one
+        # starts, so a request queued while a step runs joins the step after the next one
+        # (:meth:`run_step` admits only what was queued by ``cutoff``).
+        self.schedules_ahead = schedules_ahead
+        self.cutoff = math.inf
 
         self.t = 0.0  # engine clock: when the next step may start
         self.step = 0  # steps run
@@ -116,8 +123,9 @@ class Replica:
     def load(self) -> int:
         return self.n_dec + len(self.prefilling) + len(self.waiting)
 
-    def enqueue(self, rid: int) -> None:
+    def enqueue(self, rid: int, t: float = 0.0) -> None:
         self.reqs.state[rid] = WAITING
+        self.reqs.queued[rid] = t
         self.reqs.replica[rid] = self.index
         self.waiting.append(rid)
 
@@ -275,8 +283,14 @@ class Replica:
         waiting = self.waiting
         # V1 admits no waiting request in a step that had to preempt (the pool is short).
         if waiting and budget > 0 and self.preemptions == preempted_before:
+            # A busy engine that schedules ahead formed this batch when the last step began;
+            # an idle one schedules the moment a request comes.
+            cutoff = self.cutoff if (n_dec or self.prefilling) else math.inf
+            queued = R.queued
             while waiting and budget > 0 and self.n_dec + len(self.prefilling) < self.max_seqs:
                 rid = waiting[0]
+                if queued[rid] > cutoff:
+                    break
                 target = P[rid] + gen[rid]
                 hit = self._hit(rid, target) if self.prefix_cached else 0
                 chunk = target - hit
@@ -306,6 +320,8 @@ class Replica:
         if used > self.peak_used:
             self.peak_used = used
         dt = self.step_seconds(p_tok, p_attn, p_kv, n_dec, self.kv_sum + n_dec, len(sched))
+        if self.schedules_ahead:
+            self.cutoff = self.t
         t = self.t + dt
         self.t = t
         self.busy_s += dt

@@ -74,7 +74,16 @@ class LiveSim:
         max_tokens = config.max_num_batched_tokens or (max(self.max_len, 2048) if v0 else config.batched_tokens)
         self.replicas = [
             replica_class(v0)(
-                i, self.reqs, self.cost, blocks, config.seqs, max_tokens, config.enable_prefix_caching, self._on_finish, scheduler_steps=steps
+                i,
+                self.reqs,
+                self.cost,
+                blocks,
+                config.seqs,
+                max_tokens,
+                config.enable_prefix_caching,
+                self._on_finish,
+                scheduler_steps=steps,
+                schedules_ahead=self.cost.steps_ahead > 0,
             )
             for i in range(config.dp)
         ]
@@ -121,7 +130,7 @@ class LiveSim:
         now = self.vnow()
         if not rep.has_work and rep.t < now:
             rep.t = now
-        rep.enqueue(rid)
+        rep.enqueue(rid, now)
         stream = LiveStream(rid, rep.index)
         self.active[rep.index][rid] = stream
         self.wakeups[rep.index].set()

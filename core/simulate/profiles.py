@@ -47,6 +47,9 @@ class StepProfile:
     token_s: float
     request_overhead_s: float = 0.0
     output_token_overhead_s: float = 0.0
+    # Steps scheduled ahead (the cost model's steps_ahead): none; the fitted request
+    # overhead takes in whatever the measured engine's scheduling adds to TTFT.
+    steps_ahead: int = 0
 
     def step_seconds(
         self,

@@ -31,6 +31,7 @@ class Requests:
         "error",
         "replica",
         "tfirst",
+        "queued",
     )
 
     def __init__(self, prompt_lens, output_lens, prefix_lens):
@@ -51,6 +52,7 @@ class Requests:
         self.end = [0.0] * n  # engine time of the last token
         self.error: list[str | None] = [None] * n
         self.replica = [-1] * n
+        self.queued = [0.0] * n  # when it reached the engine's waiting queue
 
     def add(self, prompt_len: int, output_len: int, prefix_len: int = 0) -> int:
         """Append one request (the live server's requests arrive one at a time)."""
@@ -68,4 +70,5 @@ class Requests:
         self.replica.append(-1)
         self.tfirst.append(0.0)
         self.segs.append([])
+        self.queued.append(0.0)
         return len(self.P) - 1

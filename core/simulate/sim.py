@@ -193,6 +193,7 @@ def simulate_detailed(
             config.enable_prefix_caching,
             sim.finished,
             scheduler_steps=steps,
+            schedules_ahead=cost.steps_ahead > 0,
         )
         for i in range(config.dp)
     ]
