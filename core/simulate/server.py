@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--instance", default=None, help="SageMaker instance type, e.g. ml.g6.12xlarge")
     p.add_argument("--gpu", default=None)
     p.add_argument("--num-gpus", type=int, default=None)
+    p.add_argument("--no-gpu-p2p", action="store_true", help="the GPUs cannot reach each other peer-to-peer (all-reduce through host memory)")
     p.add_argument("--tp", "--tensor-parallel-size", dest="tp", type=int, default=1)
     p.add_argument("--dp", "--data-parallel-size", dest="dp", type=int, default=1)
     p.add_argument("--max-num-seqs", type=int, default=None)
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.host not in LOCALHOST:
             raise BadInput(f"the simulated server binds to 127.0.0.1 only, not {args.host}")
-        hw = resolve_hardware(gpu=args.gpu, num_gpus=args.num_gpus, instance=args.instance)
+        hw = resolve_hardware(gpu=args.gpu, num_gpus=args.num_gpus, instance=args.instance, gpu_p2p=not args.no_gpu_p2p)
         arch = load_model(args.model)
         config = ServerConfig(
             model=args.model,
@@ -125,6 +126,16 @@ def main(argv: list[str] | None = None) -> int:
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", args.port)
             await site.start()
+            # What vLLM's custom all-reduce logs at start (core/serve/startup_log.py reads the
+            # second): more than two GPUs without NVLink stop it before its peer-to-peer test.
+            if config.tp > 2 and not hw.gpu.nvlink:
+                print("WARNING (simulated) Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs.", flush=True)
+            elif config.tp > 1 and not hw.gpu.p2p:
+                print(
+                    "WARNING (simulated) Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. "
+                    "To silence this warning, specify disable_custom_all_reduce=True explicitly.",
+                    flush=True,
+                )
             print(
                 f"knee simulated server (every number simulated): {args.model} on {hw.label}, TP{config.tp} x DP{config.dp}, "
                 f"KV {sim.memory.kv_tokens} tokens/replica, scale {args.scale:g}x, http://127.0.0.1:{args.port}",

@@ -69,6 +69,9 @@ class ServerReady(_Payload):
     base_url: str | None = None  # None on sim
     pid: int | None = None  # None on sim
     simulated: bool | None = None
+    # False: the engine logged that the trial's GPUs lack peer-to-peer access (all-reduce
+    # through host memory; core/serve/startup_log.py); None: not reported.
+    gpu_p2p: bool | None = None
 
 
 class Progress(_Payload):

@@ -48,6 +48,13 @@ class SurrogatePredictor:
         self.hardware = hardware
         self._warned: set = set()  # estimator failures already logged
 
+    def use_hardware(self, hardware) -> None:
+        """Predict for ``hardware`` from now on (a launch found the machine differs from the
+        spec: no GPU peer-to-peer); the cost models and estimators built so far are dropped."""
+        self.hardware = hardware
+        self.__dict__.pop("_est", None)
+        SurrogatePredictor._cost.cache_clear()
+
     @lru_cache(maxsize=256)
     def _cost(self, tp: int, kv_dtype: str):
         from core.estimate import CostModel

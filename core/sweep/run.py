@@ -120,8 +120,9 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
         self.slo = parse_constraints(self.spec.constraints)
         self.measurer = measurer if measurer is not None else default_measurer(self.spec)
         self.learner = None
+        self._surrogate = None  # the estimator-backed predictor, whose hardware a launch may correct
         if predictor == "auto":
-            base = default_predictor(self.spec)
+            base = self._surrogate = default_predictor(self.spec)
             # A real sweep learns its machine as it measures (core/sweep/calibration.py): the
             # strategies then rank and bracket with calibrated predictions.
             self.learner = StudyLearner.for_runner(store, study, self.spec, base)
@@ -193,6 +194,26 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
             self.store.record_trial_host(self.study, tid, self.worker_id, **trial_host(self, trial, server))
         except Exception:  # noqa: BLE001 - bookkeeping only: a sweep must not fail on it
             log.warning("could not record where trial %s of %s runs", tid, self.study, exc_info=True)
+
+    def _adopt_no_gpu_p2p(self) -> None:
+        """The engine said its GPUs cannot reach each other peer-to-peer: the study is stored
+        with ``gpu_p2p = false`` (as ``knee sweep --no-gpu-p2p`` would have set it) and every
+        prediction from here on (the strategy's, the learner's uncalibrated reference, the
+        Pareto view's) prices all-reduces through host memory."""
+        if not self.spec.gpu_p2p:
+            return
+        self.spec = self.spec.model_copy(update={"gpu_p2p": False})
+        self.store.set_study(self.study, spec=self.spec.model_dump_json())
+        log.warning("study %s: the engine reports no GPU peer-to-peer; predicting with all-reduces through host memory", self.study)
+        hw = _hardware(self.spec)
+        if hw is None:
+            return
+        cal = self.learner.calibration if self.learner is not None else None
+        for p in {id(x): x for x in (self._surrogate, getattr(cal.base, "__self__", None) if cal else None) if x is not None}.values():
+            if hasattr(p, "use_hardware"):
+                p.use_hardware(hw)
+        if cal is not None:
+            cal.hardware = hw
 
     # ---- the run ----------------------------------------------------------------------------
     def run(self) -> RunSummary:

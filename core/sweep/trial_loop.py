@@ -21,6 +21,7 @@ from typing import Any
 from core.serve import process as proc_mod
 from core.serve.engines import Server, launch
 from core.serve.process import CRASHED, ServerFailed
+from core.serve.startup_log import log_lacks_gpu_p2p
 from core.spec.study import PointRow
 from core.sweep.control import _Interrupted
 from core.sweep.space import PointPlan, TrialPlan
@@ -46,6 +47,7 @@ class TrialLoop:
     _gpus_for: Callable[[TrialPlan], list[int] | None]
     _record_host: Callable[..., None]
     _save_point: Callable[..., None]  # (row, records=None, keep_chunks=True)
+    _adopt_no_gpu_p2p: Callable[[], None]
 
     def _init_trials(self) -> None:
         self._server: Server | None = None
@@ -127,6 +129,9 @@ class TrialLoop:
         self.summary.launches += 1
         self.summary.gpu_seconds += start_s * trial.config.num_gpus
         self.store.update_trial(self.study, tid, cmd=cmd, log_path=str(log_path) if log_path else None, launches=launches, start_s=start_s, gpus=gpus)
+        # A multi-GPU trial's engine may say at start that its GPUs cannot reach each other
+        # peer-to-peer: the rest of the study is predicted for that machine.
+        no_p2p = server is not None and trial.config.tp > 1 and log_lacks_gpu_p2p(server.log_path)
         self.emit(
             "server_ready",
             trial_id=tid,
@@ -134,7 +139,10 @@ class TrialLoop:
             base_url=server.base_url if server else None,
             pid=server.pid if server else None,
             simulated=kind == "sim",
+            **({"gpu_p2p": False} if no_p2p else {}),
         )
+        if no_p2p:
+            self._adopt_no_gpu_p2p()
         self._record_host(tid, trial, server)
         return server, cmd
 

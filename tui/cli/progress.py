@@ -68,6 +68,8 @@ class ProgressPrinter:
         elif isinstance(ev, ServerReady):
             how = "simulated launch" if ev.simulated else f"server ready in {ev.start_s or 0:.1f} s (pid {ev.pid})"
             self._print(f"  {how}")
+            if ev.gpu_p2p is False:
+                self._print("  the engine reports no GPU peer-to-peer: all-reduces go through host memory; predictions now assume it")
         elif isinstance(ev, Progress):
             if ev.phase == "run":
                 self._progress(ev)

@@ -1,0 +1,74 @@
+"""A real sweep learns from the engine's startup log that its GPUs lack peer-to-peer access
+(vLLM: "Custom allreduce is disabled because your platform lacks GPU P2P capability"): the
+study is stored with gpu_p2p = false and the rest is predicted with all-reduces through host
+memory. The server is knee's simulated one, a real process, which logs vLLM's line where vLLM
+would (no GPU here can refuse P2P)."""
+
+import io
+import sys
+
+from core.results.store import StudyStore
+from core.serve.startup_log import lacks_gpu_p2p, log_lacks_gpu_p2p
+from core.spec.study import EngineSpec
+from core.sweep import build_spec, create_study
+from core.sweep.runner import Runner
+from tui.cli.progress import ProgressPrinter
+
+VLLM_LINE = (
+    "WARNING 08-25 02:13:44 [custom_all_reduce.py:137] Custom allreduce is disabled because your platform lacks GPU P2P "
+    "capability or P2P test failed. To silence this warning, specify disable_custom_all_reduce=True explicitly."
+)
+PCIE_LINE = (
+    "WARNING 08-25 02:13:44 [custom_all_reduce.py:124] Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs."
+)
+
+
+def test_the_startup_line_is_recognised_and_nothing_else(tmp_path):
+    assert lacks_gpu_p2p("INFO starting\n" + VLLM_LINE + "\nINFO ready")
+    assert not lacks_gpu_p2p("INFO starting\n" + PCIE_LINE + "\nINFO ready")  # says nothing about P2P
+    log = tmp_path / "server.log"
+    log.write_text("knee: launching: vllm serve m\n" + VLLM_LINE + "\n")
+    assert log_lacks_gpu_p2p(log)
+    assert not log_lacks_gpu_p2p(tmp_path / "missing.log") and not log_lacks_gpu_p2p(None)
+
+
+def _sweep(tmp_path, server_flags: str):
+    cmd = f"{sys.executable} -m core.simulate.server --model {{model}} --gpu A100-80GB --num-gpus 2 --port {{port}} --scale 200 {server_flags}"
+    engine = EngineSpec(kind="custom", command=cmd, start_timeout_s=60, stop_timeout_s=5)
+    spec = build_spec(
+        "Qwen/Qwen3-4B",
+        engine=engine,
+        server_args="tensor_parallel_size=[2]",
+        client_args="max_concurrency=[2,4];num_prompts=8;random_input_len=64;random_output_len=16;tokenizer=words",
+        gpu="A100-80GB",
+        num_gpus=2,
+    )
+    store = StudyStore(tmp_path / "knee.db")
+    create_study(store, spec, "p2p")
+    events = []
+    runner = Runner(store, "p2p", on_event=lambda k, d: events.append((k, d)), workspace=tmp_path)
+    summary = runner.run()
+    assert summary.points_run == 2 and all(p.status == "ok" for p in store.points("p2p"))
+    return store, runner, events
+
+
+def test_a_sweep_whose_engine_lacks_gpu_p2p_predicts_the_rest_through_host_memory(tmp_path):
+    store, runner, events = _sweep(tmp_path, "--no-gpu-p2p")
+    ready = [d for k, d in events if k == "server_ready"]
+    assert ready and ready[0]["gpu_p2p"] is False
+    assert store.spec("p2p").gpu_p2p is False  # stored: the Pareto view and a resume see it
+    cal = runner.learner.calibration
+    assert cal.hardware.gpu.interconnect == "pcie-host"
+    assert cal.base.__self__.hardware.gpu.interconnect == "pcie-host"  # the learner's reference
+
+    out = io.StringIO()
+    ProgressPrinter(out).handle("server_ready", ready[0])
+    assert "no GPU peer-to-peer" in out.getvalue()
+
+
+def test_a_sweep_whose_engine_has_gpu_p2p_keeps_nvlink(tmp_path):
+    store, runner, events = _sweep(tmp_path, "")
+    ready = [d for k, d in events if k == "server_ready"]
+    assert ready and "gpu_p2p" not in ready[0]
+    assert store.spec("p2p").gpu_p2p is True
+    assert runner.learner.calibration.hardware.gpu.interconnect == "nvlink"
