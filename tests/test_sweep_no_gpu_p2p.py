@@ -13,6 +13,7 @@ from core.spec.study import EngineSpec
 from core.sweep import build_spec, create_study
 from core.sweep.runner import Runner
 from tui.cli.progress import ProgressPrinter
+from tui.data.sweep_state import SweepFollower
 
 VLLM_LINE = (
     "WARNING 08-25 02:13:44 [custom_all_reduce.py:137] Custom allreduce is disabled because your platform lacks GPU P2P "
@@ -61,9 +62,12 @@ def test_a_sweep_whose_engine_lacks_gpu_p2p_predicts_the_rest_through_host_memor
     assert cal.hardware.gpu.interconnect == "pcie-host"
     assert cal.base.__self__.hardware.gpu.interconnect == "pcie-host"  # the learner's reference
 
+    # Said where the user watches: the text output and the TUI's log of the trial.
     out = io.StringIO()
     ProgressPrinter(out).handle("server_ready", ready[0])
     assert "no GPU peer-to-peer" in out.getvalue()
+    snap = SweepFollower(store, "p2p").poll()
+    assert any("server ready: no GPU peer-to-peer" in line for line in snap.events_per_trial[ready[0]["trial_id"]])
 
 
 def test_a_sweep_whose_engine_has_gpu_p2p_keeps_nvlink(tmp_path):

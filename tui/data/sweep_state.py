@@ -267,6 +267,8 @@ class SweepFollower:
                 line += f": {str(reason).splitlines()[0]}"
             elif load:
                 line += f" {load}"
+            elif getattr(ev, "gpu_p2p", None) is False:
+                line += ": no GPU peer-to-peer, all-reduces through host memory (predictions assume it)"
             self._events.setdefault(tid, deque(maxlen=200)).append(line)
         if isinstance(ev, TrialStarted):
             self._trial_args[tid] = args_text(ev.server_args or {})
