@@ -21,7 +21,8 @@ Every rule applies to every row the same way; nothing is keyed on a row id:
   tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the source's
   client documents them (:func:`lengths`).
 - inference-perf's shared_prefix workloads: a pool of 100 prompts cycled, which the prefix
-  cache serves whole while it holds them (:func:`prompt_pool`, :func:`pool_resident`)
+  cache serves whole while it holds them (:func:`prompt_pool`, :func:`pool_resident`); the
+  prompt a one-prompt vLLM/SGLang benchmark sent as its test run (:func:`first_prompt_cached`)
   and the client timeout (:func:`client_timeout`).
 - prompt counts from the notes (:func:`prompt_count`); statistic ``median``/``p50`` rows
   are compared with medians, the rest with means (:func:`stat`).
@@ -288,6 +289,20 @@ def pool_resident(pool: int, running: float, input_len: float, output_len: float
     return (pool - running) * (input_len + output_len) <= free
 
 
+def first_prompt_cached(row: dict) -> bool:
+    """A one-prompt run of vLLM's benchmark client (``benchmark_serving.py``, ``vllm bench
+    serve``) or SGLang's ``bench_serving``: both send the run's first prompt once as a test
+    ("Starting initial single prompt test run...") before they measure, and with prefix
+    caching on by default (vLLM's V1 engine, 0.8 on; SGLang's radix cache) the measured
+    request, that same prompt, finds it cached. (In a longer run only its first request does.)"""
+    notes = row.get("notes") or ""
+    if prompt_count(notes) != 1 or not any(c in notes for c in ("benchmark_serving", "vllm bench serve", "bench_serving")):
+        return False
+    engine = (row.get("engine") or "").lower()
+    release = tuple(int(x) for x in re.findall(r"\d+", row.get("engine_version") or "")[:2])
+    return engine == "sglang" or (engine == "vllm" and (not release or release >= (0, 8)))
+
+
 def client_timeout(row: dict) -> float | None:
     """inference-perf rows: 300 s, the client timeout their figures imply (successes /
     req_per_s = 1500 s = the 1200 s stage plus 300 s for the last requests); the other
@@ -302,11 +317,14 @@ def workload(row: dict, pool_cached: bool = True):
     (the ``shared-prefix`` dataset's convention, in the load generator and the simulator).
     For a client that cycles a prompt pool (:func:`prompt_pool`), ``pool_cached`` says whether
     the prefix cache still holds a prompt when it comes round (:func:`pool_resident`): then
-    the whole prompt but its last token is the cached prefix, else the system prompt alone."""
+    the whole prompt but its last token is the cached prefix, else the system prompt alone.
+    So it is for a one-prompt run whose client sent the prompt once before measuring
+    (:func:`first_prompt_cached`)."""
     from core.spec.workload import Workload
 
     isl, osl = mean_lengths(row)
-    pre = max(0, int(isl) - 1) if (prompt_pool(row) and pool_cached) else system_prompt(row)
+    whole = (prompt_pool(row) and pool_cached) or first_prompt_cached(row)
+    pre = max(0, int(isl) - 1) if whole else system_prompt(row)
     return Workload(
         input=lengths(row, max(1.0, isl - pre), "input", osl),
         output=lengths(row, osl, "output", isl),

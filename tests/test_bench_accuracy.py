@@ -137,3 +137,16 @@ def test_a_cycled_prompt_pool_is_cached_only_while_the_cache_holds_it():
     assert cached.prepended_len == int(isl) - 1  # the whole prompt but its last token
     assert missed.prepended_len == 100  # the system prompt alone
     assert workload(GOOD).prepended_len == 0
+
+
+def test_a_one_prompt_vllm_benchmark_measures_the_prompt_its_test_run_cached():
+    from bench.rows import first_prompt_cached, workload
+
+    one = _row("one", mode="single-request", concurrency=None)
+    one["notes"] = "Client: vllm benchmarks/benchmark_serving.py --dataset-name random, 1 prompts, request rate inf"
+    one["engine_version"] = "0.10.1.1"
+    assert first_prompt_cached(one)
+    assert workload(one).prepended_len == int(one["workload"]["input_len"]) - 1
+    assert not first_prompt_cached({**one, "notes": one["notes"].replace("1 prompts", "50 prompts")})  # one request of 50
+    assert not first_prompt_cached({**one, "engine_version": "0.6.3"})  # V0: no prefix caching by default
+    assert not first_prompt_cached({**one, "notes": "llmperf, 1 prompts"})  # a client without the test run
