@@ -53,6 +53,17 @@ def _predict(row: dict, arch, gpu, pool_cached: bool):
     return pred, p, cfg
 
 
+def _pool_verdict(row: dict, arch, gpu):
+    """(whether the prefix cache holds the row's cycled prompts when they come round, the
+    uncached prediction that was judged on; None for a row whose client cycles none)."""
+    pool = R.prompt_pool(row)
+    if not pool:
+        return True, None
+    pred, p, cfg = _predict(row, arch, gpu, False)
+    isl, osl = R.mean_lengths(row)
+    return R.pool_resident(pool, pred.running, isl, osl, p.memory(cfg).kv_tokens), pred
+
+
 def pool_cached(row: dict, arch, gpu=None) -> bool:
     """Whether the prefix cache holds the row's cycled prompts when they come round
     (:func:`bench.rows.pool_resident`), judged on the estimator's running batch and KV cache
@@ -60,18 +71,14 @@ def pool_cached(row: dict, arch, gpu=None) -> bool:
     prefix is held once, which would hide the pool's memory); True for a row whose client
     cycles none. The simulator's bench takes the same answer, so both predictors see the
     same workload."""
-    pool = R.prompt_pool(row)
-    if not pool:
-        return True
-    pred, p, cfg = _predict(row, arch, gpu or R.gpu_of(row), False)
-    isl, osl = R.mean_lengths(row)
-    return R.pool_resident(pool, pred.running, isl, osl, p.memory(cfg).kv_tokens)
+    return _pool_verdict(row, arch, gpu or R.gpu_of(row))[0]
 
 
 def predict_knee(row: dict, arch, gpu=None) -> dict:
     """knee's estimate for the row (``gpu``: the row's GPU spec, looked up when not given)."""
     gpu = gpu or R.gpu_of(row)
-    pred, _, _ = _predict(row, arch, gpu, pool_cached(row, arch, gpu))
+    cached, uncached = _pool_verdict(row, arch, gpu)
+    pred = uncached if (uncached is not None and not cached) else _predict(row, arch, gpu, True)[0]
     notes = row.get("notes", "")
     stat = "p50" if R.stat(row) == "median" else "mean"
     # The schema's itl_ms is TPOT; a row whose notes define its figure as the pooled

@@ -123,7 +123,7 @@ class Replica:
     def load(self) -> int:
         return self.n_dec + len(self.prefilling) + len(self.waiting)
 
-    def enqueue(self, rid: int, t: float = 0.0) -> None:
+    def enqueue(self, rid: int, t: float) -> None:
         self.reqs.state[rid] = WAITING
         self.reqs.queued[rid] = t
         self.reqs.replica[rid] = self.index

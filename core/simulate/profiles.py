@@ -31,7 +31,7 @@ import math
 
 from dataclasses import dataclass, replace
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from core.errors import BadInput
 from core.spec.hardware import GPU, Hardware
@@ -48,8 +48,9 @@ class StepProfile:
     request_overhead_s: float = 0.0
     output_token_overhead_s: float = 0.0
     # Steps scheduled ahead (the cost model's steps_ahead): none; the fitted request
-    # overhead takes in whatever the measured engine's scheduling adds to TTFT.
-    steps_ahead: int = 0
+    # overhead takes in whatever the measured engine's scheduling adds to TTFT. A class
+    # constant, not a field: a study stores its profiles' fields (asdict).
+    steps_ahead: ClassVar[int] = 0
 
     def step_seconds(
         self,

@@ -42,6 +42,7 @@ from core.sweep.control import RunControl, _Interrupted
 from core.sweep.coordinator import ParallelCoordinator
 from core.sweep.measure import HttpMeasurer, SimMeasurer
 from core.sweep.point import PointMeasure
+from core.sweep.predict import SurrogatePredictor
 from core.sweep.space import PointPlan, TrialPlan
 from core.sweep.strategies import make_strategy
 from core.sweep.strategy_base import Strategy
@@ -76,8 +77,6 @@ def default_measurer(spec: SweepSpec):
 
 def default_predictor(spec: SweepSpec):
     """The estimator-backed predictor, or None where the model or hardware is unknown."""
-    from core.sweep.predict import SurrogatePredictor
-
     try:
         hw = _hardware(spec)
         if hw is None:
@@ -209,8 +208,9 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
         if hw is None:
             return
         cal = self.learner.calibration if self.learner is not None else None
-        for p in {id(x): x for x in (self._surrogate, getattr(cal.base, "__self__", None) if cal else None) if x is not None}.values():
-            if hasattr(p, "use_hardware"):
+        # The strategy's predictor, and the learner's reference where it built its own.
+        for p in {self._surrogate, getattr(cal.base, "__self__", None) if cal else None}:
+            if isinstance(p, SurrogatePredictor):
                 p.use_hardware(hw)
         if cal is not None:
             cal.hardware = hw
