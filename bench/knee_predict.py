@@ -26,7 +26,7 @@ def _predict(row: dict, arch, gpu, pool_cached: bool):
         R.workload(row, pool_cached),
         kv_dtype=row.get("kv_dtype") or "auto",
         engine=row.get("engine") or "vllm",
-        engine_version=row.get("engine_version"),
+        engine_version=R.engine_version(row),
         gpu_memory_utilization=gmu,
         max_model_len=mml,
     )

@@ -24,6 +24,10 @@ Every rule applies to every row the same way; nothing is keyed on a row id:
   cache serves whole while it holds them (:func:`prompt_pool`, :func:`pool_resident`); the
   prompt a one-prompt vLLM/SGLang benchmark sent as its test run (:func:`first_prompt_cached`)
   and the client timeout (:func:`client_timeout`).
+- output tok/s is the server's count (``usage.completion_tokens``, shared/reference/metrics.md
+  section 5). Where a client re-tokenized the streamed text instead and the run set
+  ``ignore_eos=true`` (inference-perf), the server generated exactly the configured output
+  length, so the measured figure is req/s x that length (:func:`measured`).
 - prompt counts from the notes (:func:`prompt_count`); statistic ``median``/``p50`` rows
   are compared with medians, the rest with means (:func:`stat`).
 """
@@ -54,6 +58,7 @@ _KNOBS = {
     "max_model_len": re.compile(r"max[_-]model[_-]len[= ](\d+)"),
     "gpu_memory_utilization": re.compile(r"gpu[_-]memory[_-]utilization[= ]([0-9.]+)"),
 }
+_RETOKENIZED = re.compile(r"re-?tokenized mean output = [0-9.]+")
 _SCHEDULER_STEPS = re.compile(r"num[_-]scheduler[_-]steps[= ](\d+)")
 _COUNTS = [
     re.compile(r"successes=(\d+), failures=(\d+)"),
@@ -166,8 +171,28 @@ def gpu_of(row: dict):
 
 
 def measured(row: dict) -> dict:
-    """The row's measured figures, one per metric of :data:`METRICS` (None where absent)."""
-    return {k: row["metrics"].get(k) for k in METRICS}
+    """The row's measured figures, one per metric of :data:`METRICS` (None where absent).
+
+    Output tok/s counts what the server generated. inference-perf reports the count of a
+    client tokenizer run over the streamed text; under ``ignore_eos=true`` the server
+    generated the configured length, so that length times the measured req/s is the server's
+    figure. The two differ by the text, not by the engine: Llama-2-7B's ignore_eos output
+    re-tokenizes to 76-85% of what was generated, the 34B/70B/Mixtral runs' to 98-101%
+    (the notes of the 24 inference-sim rows)."""
+    out = {k: row["metrics"].get(k) for k in METRICS}
+    generated = server_output_len(row)
+    if generated and out["req_per_s"]:
+        out["output_tok_per_s"] = out["req_per_s"] * generated
+    return out
+
+
+def server_output_len(row: dict) -> float | None:
+    """The output length the server generated per request where the row's token count is a
+    client's re-tokenization of an ``ignore_eos`` run (its configured length); else None."""
+    notes = row.get("notes") or ""
+    if "ignore_eos=true" in notes and _RETOKENIZED.search(notes):
+        return float(row["workload"]["output_len"])
+    return None
 
 
 def topology(row: dict) -> tuple[int, int]:
@@ -199,7 +224,7 @@ def engine_defaults(row: dict, gpu) -> dict:
 
     if (row.get("engine") or "vllm").lower() != "vllm" or not _OFFLINE_HARNESS.search(row.get("notes", "") or ""):
         return {}
-    d = vllm_batch_defaults(row.get("engine_version"), gpu.name, gpu.usable_bytes / 2**30, offline=True)
+    d = vllm_batch_defaults(engine_version(row), gpu.name, gpu.usable_bytes / 2**30, offline=True)
     return {} if d is None else {"max_num_batched_tokens": d[0], "max_num_seqs": d[1]}
 
 
@@ -299,8 +324,25 @@ def first_prompt_cached(row: dict) -> bool:
     if prompt_count(notes) != 1 or not any(c in notes for c in ("benchmark_serving", "vllm bench serve", "bench_serving")):
         return False
     engine = (row.get("engine") or "").lower()
-    release = tuple(int(x) for x in re.findall(r"\d+", row.get("engine_version") or "")[:2])
-    return engine == "sglang" or (engine == "vllm" and (not release or release >= (0, 8)))
+    release = tuple(int(x) for x in re.findall(r"\d+", engine_version(row) or "")[:2])
+    return engine == "sglang" or (engine == "vllm" and release >= (0, 8))
+
+
+# The last vLLM release before async scheduling became the default (0.14, Jan 2026).
+SYNC_VLLM = "0.13"
+
+
+def engine_version(row: dict) -> str | None:
+    """The engine version a row is predicted with: its own, else for vLLM the last release
+    before async scheduling (:data:`SYNC_VLLM`). knee takes an unknown version as the current
+    release, but every vLLM row without one in both files was measured before 0.14:
+    vllmci (Oct 2024), llmpricecompass (Aug 2024), ttgpuref (Apr 2025), vllmpr23696 (Aug
+    2025), kubeai (2025, V1) and smwalk (``pip install vllm`` for a post of 19 Dec 2025,
+    when 0.13 was current)."""
+    version = row.get("engine_version")
+    if not version and (row.get("engine") or "").lower() == "vllm":
+        return SYNC_VLLM
+    return version
 
 
 def client_timeout(row: dict) -> float | None:

@@ -109,7 +109,7 @@ def simulate_row(row: dict):
         load,
         seed=0,
         engine=row.get("engine") or "vllm",
-        engine_version=row.get("engine_version"),
+        engine_version=R.engine_version(row),
         router=router,
         request_timeout_s=R.client_timeout(row),
     )

@@ -52,6 +52,10 @@ def one_error_line(err: str) -> str:
         (["--client-args", "max_concurrency=4;warmup_requests=-1"], "knee: error: client arg warmup_requests must be at least 0, got -1"),
         (["--client-args", "max_concurrency=[-8]"], "knee: error: client arg max_concurrency must be at least 1 (or 0 for no limit), got -8"),
         (["--start-timeout", "-1"], "knee: error: engine setting --start-timeout (start_timeout_s) must be positive, got -1.0"),
+        (
+            ["--engine-version", "v0.10"],
+            "knee: error: engine setting --engine-version (version): must be a release number such as 0.10.1, got 'v0.10'",
+        ),
         (["--input-len", "0"], "knee: error: input length must be at least 1, got 0 (set client arg random_input_len or --input-len)"),
     ],
 )

@@ -101,7 +101,8 @@ def _release(version: str | None) -> tuple[int, ...]:
 
 def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     """Overheads for an engine. vLLM by version: before 0.6 the legacy engine, 0.6 and 0.7
-    the V0 engine (faster, still no chunked prefill by default), from 0.8 (or unknown) V1.
+    the V0 engine (faster, still no chunked prefill by default), from 0.8 V1, from 0.14 (or
+    unknown: the current release) V1 with async scheduling.
     TGI before 2.0 (2023: vLLM's paged-attention kernels under a Python model server, no
     overlapped scheduling) runs on the legacy profile: on 127 published TGI 1.0/1.1 rows
     (bench/data/published.jsonl fmbench-*, tgisagemaker-*) the median error of req/s is 31%
@@ -111,7 +112,10 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     release = _release(version)
     if name == "tgi" and release and release[0] < 2:
         name = "vllm-legacy"
-    if name in ("vllm", "sim") and release and len(release) == 2:
+    if name in ("vllm", "sim") and not release:
+        # No version: the current release, which schedules asynchronously (0.14 on).
+        name = "vllm-async"
+    elif name in ("vllm", "sim") and (len(release) == 2 or release >= (1,)):
         if release < (0, 6):
             name = "vllm-legacy"
         elif release < (0, 8):

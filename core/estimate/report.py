@@ -110,6 +110,11 @@ class EstimateReport:
         }
 
 
+def _unversioned(engine: str) -> str:
+    """What an estimate without --engine-version assumes, said where it matters (vLLM)."""
+    return " (the current release, which schedules a step ahead; --engine-version for an older one)" if engine in ("vllm", "sim") else ""
+
+
 def valid_tp(arch: ModelArch, tp: int) -> str | None:
     """Why vLLM would refuse this TP degree for the model, or None."""
     if arch.num_heads % tp:
@@ -263,7 +268,7 @@ def estimate(
     configs.sort(key=lambda ce: (not ce.limits.slo_feasible, -ce.at_knee.req_per_s))
     notes = [
         "percentiles are approximations from an analytic model: a steady state, or lock-step waves when lengths are fixed (see core/estimate/predict.py)",
-        f"engine profile: {eng}{' ' + engine_version if engine_version else ''}; max_model_len {p.max_model_len}",
+        f"engine profile: {eng}{' ' + engine_version if engine_version else _unversioned(eng)}; max_model_len {p.max_model_len}",
     ]
     if arch.is_mla and eng == "vllm":
         # A known gap, said rather than folded into the numbers: no physical term explains it yet.

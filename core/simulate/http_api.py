@@ -79,6 +79,15 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
     async def health(_request):
         return web.Response(status=200, headers=SIM_HEADERS)
 
+    async def version(_request):
+        # vLLM's GET /version; a server playing no particular release (no --engine-version)
+        # has none to give, and a sweep then predicts with the current release.
+        if not sim.engine_version:
+            return web.json_response(
+                {"error": "no --engine-version: this simulated server plays the current release"}, status=404, headers=SIM_HEADERS
+            )
+        return web.json_response({"version": sim.engine_version, "simulated": True}, headers=SIM_HEADERS)
+
     async def models(_request):
         return web.json_response(
             {
@@ -237,6 +246,7 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
 
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/version", version)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/reset_prefix_cache", reset_prefix_cache)
     app.router.add_post("/v1/completions", completions)

@@ -65,6 +65,7 @@ class LiveSim:
         self.memory = check_config(arch, hardware, config)
         self.cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
         self.config = config
+        self.engine_version = engine_version  # the release played, which GET /version reports
         self.scale = scale
         self.router = router
         self.max_len = self.memory.max_model_len

@@ -8,7 +8,8 @@ the HTTP client and telemetry can be shown and tested with no GPU:
 - ``POST /v1/completions`` and ``POST /v1/chat/completions``, streamed (SSE, vLLM's chunk
   shapes, ``stream_options.include_usage``) or not; ``max_tokens`` tokens are generated
   (as with ``ignore_eos``); prompt + max_tokens over ``max_model_len`` is HTTP 400;
-- ``GET /health``, ``GET /v1/models``, ``POST /reset_prefix_cache``;
+- ``GET /health``, ``GET /v1/models``, ``POST /reset_prefix_cache``; ``GET /version``, the
+  release given as ``--engine-version`` (404 without one);
 - ``GET /metrics``: Prometheus text with vLLM's names (``vllm:num_requests_running``,
   ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``, token and request counters)
   plus ``knee:simulated 1``.

@@ -72,6 +72,9 @@ class ServerReady(_Payload):
     # False: the engine logged that the trial's GPUs lack peer-to-peer access (all-reduce
     # through host memory; core/serve/startup_log.py); None: not reported.
     gpu_p2p: bool | None = None
+    # The release the server reported (GET /version) on the study's first launch, which its
+    # predictions use from then on; None: not asked (known already, or another engine).
+    engine_version: str | None = None
 
 
 class Progress(_Payload):

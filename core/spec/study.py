@@ -12,11 +12,13 @@ Vocabulary (the same everywhere in knee):
 
 from __future__ import annotations
 
+import re
+
 import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 EngineKind = Literal["vllm", "sglang", "custom", "external", "sim"]
 Strategy = Literal["grid", "adaptive", "sla"]
@@ -49,9 +51,19 @@ class EngineSpec(BaseModel):
     request_timeout_s: float = Field(default=600.0, gt=0)
     stop_timeout_s: float = Field(default=15.0, gt=0)
     api: Literal["completions", "chat"] = "completions"
+    # The engine's release, for predictions (core/estimate/costmodel.engine_profile): None =
+    # the current one until a launch answers GET /version (the runner then stores it here).
+    version: str | None = None
     gpus: list[int] | None = None  # devices the sweep may use; None = all NVML sees
     # Seconds one launch costs on the simulator (model load + warmup), charged to GPU time.
     sim_launch_s: float = 90.0
+
+    @field_validator("version")
+    @classmethod
+    def _a_release(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"\d+\.\d+", v):
+            raise ValueError("must be a release number such as 0.10.1")
+        return v
 
 
 class SweepSpec(BaseModel):

@@ -337,7 +337,7 @@ class StudyLearner:
             # uncalibrated reference is the estimator pricing the machine from nominal figures.
             from core.sweep.predict import SurrogatePredictor
 
-            cal.base = SurrogatePredictor(cal.arch, cal.hardware).predict
+            cal.base = SurrogatePredictor.for_spec(spec, cal.arch, cal.hardware).predict
         cal.name = study
         # A resumed study learns again from what it already measured, in the order measured.
         for p in sorted(store.points(study, status="ok"), key=lambda p: p.started_at or 0):

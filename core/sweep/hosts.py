@@ -46,13 +46,20 @@ def trial_host(runner: Any, trial, server) -> dict[str, Any]:
                 pynvml.nvmlShutdown()
         except Exception:
             pass
-    if server is not None and getattr(server, "base_url", None):
-        try:  # vLLM and SGLang answer GET /version (localhttp: core must not import httpx)
-            headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
-            status, body = localhttp.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout_s=2.0)
-            v = json.loads(body).get("version") if status == 200 else None
-            if v:
-                out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
-        except Exception:
-            pass
+    v = served_version(server)
+    if v:
+        out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
     return out
+
+
+def served_version(server) -> str | None:
+    """The release a running vLLM or SGLang server reports (GET /version), else None."""
+    if server is None or not getattr(server, "base_url", None):
+        return None
+    try:  # localhttp: core must not import httpx
+        headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
+        status, body = localhttp.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout_s=2.0)
+        v = json.loads(body).get("version") if status == 200 else None
+        return str(v) if v else None
+    except Exception:  # noqa: BLE001 - an engine without the endpoint: the version stays unknown
+        return None

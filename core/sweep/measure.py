@@ -57,9 +57,10 @@ class SimMeasurer:
 
     simulated = True
 
-    def __init__(self, arch, hardware):
+    def __init__(self, arch, hardware, engine_version: str | None = None):
         self.arch = arch
         self.hardware = hardware
+        self.engine_version = engine_version  # the vLLM release played (None: the current one)
 
     def check(self, config: ServerConfig) -> None:
         """What a launch would find: raises ``ServerFailed`` where vLLM would not start."""
@@ -78,7 +79,7 @@ class SimMeasurer:
     def measure(self, ctx: PointContext, on_progress: ProgressFn) -> Measurement:
         from core.simulate.sim import simulate
 
-        res = simulate(self.arch, self.hardware, ctx.config, ctx.workload, ctx.load, seed=ctx.workload.seed)
+        res = simulate(self.arch, self.hardware, ctx.config, ctx.workload, ctx.load, seed=ctx.workload.seed, engine_version=self.engine_version)
         records = list(res.records)
         duration = float(res.duration_s)
         ok = sum(1 for r in records if r.ok)

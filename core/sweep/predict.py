@@ -43,15 +43,31 @@ class SurrogatePredictor:
     fallback model of the module docstring. (Not :class:`core.estimate.Predictor`, which it
     wraps.)"""
 
-    def __init__(self, arch, hardware):
+    def __init__(self, arch, hardware, engine: str = "vllm", engine_version: str | None = None):
         self.arch = arch
         self.hardware = hardware
+        # Whose step costs and scheduler (core/estimate/costmodel.engine_profile).
+        self.engine, self.engine_version = engine, engine_version
         self._warned: set = set()  # estimator failures already logged
+
+    @classmethod
+    def for_spec(cls, spec, arch, hardware) -> SurrogatePredictor:
+        """The predictor for a study: SGLang's profile for an SGLang sweep, vLLM's for every
+        other (the simulator stands in for vLLM), at the version the study knows."""
+        return cls(arch, hardware, "sglang" if spec.engine.kind == "sglang" else "vllm", spec.engine.version)
 
     def use_hardware(self, hardware) -> None:
         """Predict for ``hardware`` from now on (a launch found the machine differs from the
         spec: no GPU peer-to-peer); the cost models and estimators built so far are dropped."""
         self.hardware = hardware
+        self._forget()
+
+    def use_engine_version(self, version: str) -> None:
+        """Predict for the engine release a launch reported (GET /version) from now on."""
+        self.engine_version = version
+        self._forget()
+
+    def _forget(self) -> None:
         self.__dict__.pop("_est", None)
         SurrogatePredictor._cost.cache_clear()
 
@@ -59,7 +75,7 @@ class SurrogatePredictor:
     def _cost(self, tp: int, kv_dtype: str):
         from core.estimate import CostModel
 
-        return CostModel(self.arch, self.hardware.gpu, tp=tp, kv_dtype=kv_dtype)
+        return CostModel(self.arch, self.hardware.gpu, tp=tp, kv_dtype=kv_dtype, engine=self.engine, engine_version=self.engine_version)
 
     def fits(self, cfg: ServerConfig, workload: Workload | None = None) -> tuple[bool, str | None, Any]:
         from core.estimate.memory import plan_config_memory
@@ -87,7 +103,7 @@ class SurrogatePredictor:
             from core.estimate.predict import Predictor as EstimatorPredictor
 
             try:
-                cache[key] = EstimatorPredictor(self.arch, self.hardware.gpu, workload)
+                cache[key] = EstimatorPredictor(self.arch, self.hardware.gpu, workload, engine=self.engine, engine_version=self.engine_version)
             except KneeError:
                 cache[key] = None  # a workload the estimator rejects: the fallback model answers
             except Exception as e:  # noqa: BLE001 - an estimator bug must not stop a sweep; it is logged

@@ -71,7 +71,7 @@ def default_measurer(spec: SweepSpec):
         hw = _hardware(spec)
         if hw is None:
             raise BadInput("the sim engine needs hardware", "pass --instance ml.g6.12xlarge or --gpu L4 --num-gpus 4")
-        return SimMeasurer(_arch(spec), hw)
+        return SimMeasurer(_arch(spec), hw, spec.engine.version)
     return HttpMeasurer()
 
 
@@ -81,7 +81,7 @@ def default_predictor(spec: SweepSpec):
         hw = _hardware(spec)
         if hw is None:
             return None
-        return SurrogatePredictor(_arch(spec), hw)
+        return SurrogatePredictor.for_spec(spec, _arch(spec), hw)
     except KneeError:
         return None  # an unknown model or hardware: the strategies search without predictions
     except Exception as e:  # noqa: BLE001 - a model config the estimator cannot read must not stop a sweep; say so
@@ -207,13 +207,26 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
         hw = _hardware(self.spec)
         if hw is None:
             return
+        for p in self._predictors():
+            p.use_hardware(hw)
+        if self.learner is not None:
+            self.learner.calibration.hardware = hw
+
+    def _adopt_engine_version(self, version: str) -> None:
+        """A launch reported the engine's release: the study is stored with it (a resume, the
+        Pareto view and ``--calibrate-from`` read it) and every prediction from here on uses
+        that release's profile instead of the current one."""
+        self.spec = self.spec.model_copy(update={"engine": self.spec.engine.model_copy(update={"version": version})})
+        self.store.set_study(self.study, spec=self.spec.model_dump_json())
+        log.info("study %s: %s %s; predicting with its profile", self.study, self.spec.engine.kind, version)
+        for p in self._predictors():
+            p.use_engine_version(version)
+
+    def _predictors(self) -> set[SurrogatePredictor]:
+        """The strategy's predictor and the learner's uncalibrated reference where it built its own."""
         cal = self.learner.calibration if self.learner is not None else None
-        # The strategy's predictor, and the learner's reference where it built its own.
-        for p in {self._surrogate, getattr(cal.base, "__self__", None) if cal else None}:
-            if isinstance(p, SurrogatePredictor):
-                p.use_hardware(hw)
-        if cal is not None:
-            cal.hardware = hw
+        found = {self._surrogate, getattr(cal.base, "__self__", None) if cal else None}
+        return {p for p in found if isinstance(p, SurrogatePredictor)}
 
     # ---- the run ----------------------------------------------------------------------------
     def run(self) -> RunSummary:

@@ -22,6 +22,7 @@ from core.serve import process as proc_mod
 from core.serve.engines import Server, launch
 from core.serve.process import CRASHED, ServerFailed
 from core.serve.startup_log import log_lacks_gpu_p2p
+from core.sweep.hosts import served_version
 from core.spec.study import PointRow
 from core.sweep.control import _Interrupted
 from core.sweep.space import PointPlan, TrialPlan
@@ -48,6 +49,7 @@ class TrialLoop:
     _record_host: Callable[..., None]
     _save_point: Callable[..., None]  # (row, records=None, keep_chunks=True)
     _adopt_no_gpu_p2p: Callable[[], None]
+    _adopt_engine_version: Callable[[str], None]
 
     def _init_trials(self) -> None:
         self._server: Server | None = None
@@ -132,6 +134,9 @@ class TrialLoop:
         # A multi-GPU trial's engine may say at start that its GPUs cannot reach each other
         # peer-to-peer: the rest of the study is predicted for that machine.
         no_p2p = server is not None and trial.config.tp > 1 and log_lacks_gpu_p2p(server.log_path)
+        # The engine's release sets its step costs and scheduler (vLLM schedules a step ahead
+        # from 0.14): the first launch's GET /version answer prices the rest of the study.
+        version = served_version(server) if kind in ("vllm", "sglang") and self.spec.engine.version is None else None
         self.emit(
             "server_ready",
             trial_id=tid,
@@ -140,9 +145,12 @@ class TrialLoop:
             pid=server.pid if server else None,
             simulated=kind == "sim",
             **({"gpu_p2p": False} if no_p2p else {}),
+            **({"engine_version": version} if version else {}),
         )
         if no_p2p:
             self._adopt_no_gpu_p2p()
+        if version:
+            self._adopt_engine_version(version)
         self._record_host(tid, trial, server)
         return server, cmd
 

@@ -45,7 +45,10 @@ def register(sub) -> None:
     p.add_argument("--max-model-len", type=int, help="context limit (default: the workload's, rounded up)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="default 0.9")
     p.add_argument("--engine", help="vllm (default), sglang, tensorrt-llm")
-    p.add_argument("--engine-version", help="e.g. 0.5.4 selects vLLM's pre-0.6 profile")
+    p.add_argument(
+        "--engine-version",
+        help="the engine's release (e.g. 0.10.1: vLLM before 0.14 schedules no step ahead; 0.5.4: the pre-0.6 engine); default: the current one",
+    )
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument("--calibrate-from", metavar="STUDY", help="predict with the step profile this study fitted on its own machine")
     p.add_argument("--storage", help="study store path or SQLAlchemy URL (with --calibrate-from)")

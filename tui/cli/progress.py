@@ -67,6 +67,8 @@ class ProgressPrinter:
             self._print(f"[trial {ev.trial_id}] {args}{gpus}{on}")
         elif isinstance(ev, ServerReady):
             how = "simulated launch" if ev.simulated else f"server ready in {ev.start_s or 0:.1f} s (pid {ev.pid})"
+            if ev.engine_version:
+                how += f", version {ev.engine_version} (predictions use its profile)"
             self._print(f"  {how}")
             if ev.gpu_p2p is False:
                 self._print("  the engine reports no GPU peer-to-peer: all-reduces go through host memory; predictions now assume it")

@@ -117,7 +117,7 @@ def _predictions(spec, points) -> dict[str, dict[str, float]]:
         from core.sweep.runner import _arch, _hardware
         from core.sweep.space import load_of, server_config
 
-        pred = SurrogatePredictor(_arch(spec), _hardware(spec))
+        pred = SurrogatePredictor.for_spec(spec, _arch(spec), _hardware(spec))
     except Exception:
         return {}
     out = {}

@@ -120,6 +120,11 @@ def register(sub) -> None:
     p.add_argument("--ready-endpoint", help="readiness path (default /health)")
     p.add_argument("--start-timeout", type=float, help="seconds a server may take to become ready (default 900)")
     p.add_argument("--request-timeout", type=float, help="seconds one request may take (default 600)")
+    p.add_argument(
+        "--engine-version",
+        help="the engine's release, for predictions (e.g. 0.10.1: vLLM before 0.14 schedules no step ahead); "
+        "default: the release the first server reports, the current one until then",
+    )
     p.add_argument("--rest", type=float, help="seconds to pause between server launches (default 0)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress display")

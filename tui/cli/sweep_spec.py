@@ -99,6 +99,7 @@ def build_spec_from_args(args):
         ("ready_endpoint", "ready_endpoint"),
         ("start_timeout", "start_timeout_s"),
         ("request_timeout", "request_timeout_s"),
+        ("engine_version", "version"),
     ):
         v = getattr(args, flag)
         if v is not None:
@@ -188,6 +189,7 @@ _ENGINE_NAMES = {
     "port": "--port",
     "host": "--host",
     "ready_endpoint": "--ready-endpoint",
+    "version": "--engine-version (version)",
     "kind": "--engine (kind)",
 }
 _SPEC_NAMES = {

@@ -212,7 +212,8 @@ def predictions(points: list[PointRow], model: str, instance: str | None, gpu: s
     if spec is None:
         return {}
     try:
-        pred = SurrogatePredictor(load_model(model), resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance, gpu_p2p=spec.gpu_p2p))
+        hw = resolve_hardware(gpu=gpu, num_gpus=num_gpus, instance=instance, gpu_p2p=spec.gpu_p2p)
+        pred = SurrogatePredictor.for_spec(spec, load_model(model), hw)
     except KneeError:
         return {}
     out: dict[str, PointRow] = {}

@@ -20,7 +20,18 @@ from typing import Any
 
 from core.results.follow import StudyFollower
 from core.results.store import StudyStore
-from core.spec.events import Calibration, PointDone, PointSkipped, Progress, StoredEvent, StudyStarted, TrialDone, TrialFailed, TrialStarted
+from core.spec.events import (
+    Calibration,
+    PointDone,
+    PointSkipped,
+    Progress,
+    ServerReady,
+    StoredEvent,
+    StudyStarted,
+    TrialDone,
+    TrialFailed,
+    TrialStarted,
+)
 from core.spec.study import PointRow, TrialRow
 from tui.data.sweep_rows import RowView, args_text, load_text, point_row, trial_row
 from tui.data.workers import WorkerView, point_host_names, read_workers
@@ -267,8 +278,11 @@ class SweepFollower:
                 line += f": {str(reason).splitlines()[0]}"
             elif load:
                 line += f" {load}"
-            elif getattr(ev, "gpu_p2p", None) is False:
-                line += ": no GPU peer-to-peer, all-reduces through host memory (predictions assume it)"
+            elif isinstance(ev, ServerReady):
+                facts = [f"version {ev.engine_version}"] if ev.engine_version else []
+                if ev.gpu_p2p is False:
+                    facts.append("no GPU peer-to-peer, all-reduces through host memory")
+                line += f": {', '.join(facts)} (predictions assume it)" if facts else ""
             self._events.setdefault(tid, deque(maxlen=200)).append(line)
         if isinstance(ev, TrialStarted):
             self._trial_args[tid] = args_text(ev.server_args or {})

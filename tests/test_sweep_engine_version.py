@@ -1,0 +1,70 @@
+"""A real sweep asks its first server which release it runs (GET /version) and predicts the
+rest of the study with that release's profile: vLLM schedules a step ahead from 0.14, so an
+older server is priced without it. Without an answer knee takes the current release. The
+server is knee's simulated one, a real process launched as the vllm engine, which answers
+/version with the release it plays (--engine-version)."""
+
+import io
+import sys
+
+from core.estimate.costmodel import engine_profile
+from core.results.store import StudyStore
+from core.spec.study import EngineSpec
+from core.sweep import build_spec, create_study
+from core.sweep.predict import SurrogatePredictor
+from core.sweep.runner import Runner
+from tui.cli.progress import ProgressPrinter
+from tui.data.sweep_state import SweepFollower
+
+
+def test_an_unknown_vllm_release_is_the_current_one_which_schedules_ahead():
+    assert engine_profile("vllm").get("async_scheduling") == 1
+    assert engine_profile("sim").get("async_scheduling") == 1
+    assert engine_profile("vllm", "1.0").get("async_scheduling") == 1
+    assert not engine_profile("vllm", "0.13.0").get("async_scheduling")
+    assert not engine_profile("tgi").get("async_scheduling")  # not vLLM: its own profile
+
+
+def _sweep(tmp_path, server_flags: str):
+    cmd = f"{sys.executable} -m core.simulate.server --model {{model}} --gpu A100-80GB --num-gpus 1 --port {{port}} --scale 200 {server_flags}"
+    engine = EngineSpec(kind="vllm", command=cmd, start_timeout_s=60, stop_timeout_s=5)
+    spec = build_spec(
+        "Qwen/Qwen3-4B",
+        engine=engine,
+        server_args="max_num_seqs=[64]",
+        client_args="max_concurrency=[2,4];num_prompts=8;random_input_len=64;random_output_len=16;tokenizer=words",
+        gpu="A100-80GB",
+        num_gpus=1,
+    )
+    store = StudyStore(tmp_path / "knee.db")
+    create_study(store, spec, "ver")
+    events = []
+    runner = Runner(store, "ver", on_event=lambda k, d: events.append((k, d)), workspace=tmp_path)
+    summary = runner.run()
+    assert summary.points_run == 2 and all(p.status == "ok" for p in store.points("ver"))
+    return store, runner, [d for k, d in events if k == "server_ready"]
+
+
+def test_a_sweep_predicts_with_the_release_its_server_reports(tmp_path):
+    store, runner, ready = _sweep(tmp_path, "--engine-version 0.10.1")
+    assert ready and ready[0]["engine_version"] == "0.10.1"
+    assert store.spec("ver").engine.version == "0.10.1"  # stored: a resume and the Pareto view see it
+    predictors = runner._predictors()
+    assert predictors and all(p.engine_version == "0.10.1" for p in predictors)
+    assert all(p._cost(1, "auto").steps_ahead == 0 for p in predictors)  # 0.10 schedules no step ahead
+    # A later study on the stored spec predicts the same way without asking.
+    again = SurrogatePredictor.for_spec(store.spec("ver"), runner._surrogate.arch, runner._surrogate.hardware)
+    assert again.engine_version == "0.10.1"
+
+    out = io.StringIO()
+    ProgressPrinter(out).handle("server_ready", ready[0])
+    assert "version 0.10.1" in out.getvalue()
+    snap = SweepFollower(store, "ver").poll()
+    assert any("server ready: version 0.10.1" in line for line in snap.events_per_trial[ready[0]["trial_id"]])
+
+
+def test_a_server_that_reports_no_release_is_predicted_as_the_current_one(tmp_path):
+    store, runner, ready = _sweep(tmp_path, "")
+    assert ready and "engine_version" not in ready[0]
+    assert store.spec("ver").engine.version is None
+    assert all(p._cost(1, "auto").steps_ahead == 1 for p in runner._predictors())
