@@ -227,7 +227,8 @@ def test_engine_profiles_by_version():
     assert engine_profile("sglang", "0.3.0")["request_ms"] < engine_profile("sglang", "0.5.6")["request_ms"]
     assert engine_profile("sglang", None) == engine_profile("sglang", "0.5.9")
     assert engine_profile("vllm", "0.14.1").get("async_scheduling") == 1
-    assert engine_profile("vllm", None) == engine_profile("vllm", "0.11.0")
+    assert engine_profile("vllm", None) == engine_profile("vllm", "0.16.0")
+    assert engine_profile("vllm", None) != engine_profile("vllm", "0.11.0")
 
 
 def test_no_peer_to_peer_stages_all_reduce_through_the_host_even_on_nvlink():
