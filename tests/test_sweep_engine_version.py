@@ -68,3 +68,13 @@ def test_a_server_that_reports_no_release_is_predicted_as_the_current_one(tmp_pa
     assert ready and "engine_version" not in ready[0]
     assert store.spec("ver").engine.version is None
     assert all(p._cost(1, "auto").steps_ahead == 1 for p in runner._predictors())
+
+
+def test_a_source_build_that_names_no_release_is_taken_as_the_current_one(tmp_path):
+    # setuptools-scm's fallback for a checkout without release tags says nothing of the release.
+    store, runner, ready = _sweep(tmp_path, "--engine-version 0.1.dev5+g1234abc")
+    assert ready and "engine_version" not in ready[0]
+    assert store.spec("ver").engine.version is None
+    assert all(p._cost(1, "auto").steps_ahead == 1 for p in runner._predictors())
+    # The launch's own record keeps what the server said.
+    assert any("vllm 0.1.dev5+g1234abc" == h.get("engine_version") for h in store.trial_hosts("ver"))

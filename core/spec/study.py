@@ -12,10 +12,9 @@ Vocabulary (the same everywhere in knee):
 
 from __future__ import annotations
 
-import re
-
 import hashlib
 import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator

@@ -7,6 +7,7 @@ the runner does not import the joined worker (core/sweep/workers.py), which subc
 from __future__ import annotations
 
 import json
+import re
 import socket
 from typing import Any
 
@@ -46,20 +47,25 @@ def trial_host(runner: Any, trial, server) -> dict[str, Any]:
                 pynvml.nvmlShutdown()
         except Exception:
             pass
-    v = served_version(server)
+    v = served_version(server, releases_only=False)
     if v:
         out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
     return out
 
 
-def served_version(server) -> str | None:
-    """The release a running vLLM or SGLang server reports (GET /version), else None."""
+def served_version(server, releases_only: bool = True) -> str | None:
+    """The version a running vLLM or SGLang server reports (GET /version), else None; with
+    ``releases_only`` also None for a build that names no release."""
     if server is None or not getattr(server, "base_url", None):
         return None
     try:  # localhttp: core must not import httpx
         headers = {"Authorization": f"Bearer {server.api_key}"} if server.api_key else {}
         status, body = localhttp.get(server.base_url.rstrip("/") + "/version", headers=headers, timeout_s=2.0)
         v = json.loads(body).get("version") if status == 200 else None
-        return str(v) if v else None
     except Exception:  # noqa: BLE001 - an engine without the endpoint: the version stays unknown
         return None
+    # A source build without release tags reports setuptools-scm's fallback (0.1.devN, 0.0.0),
+    # which says nothing about the release: unknown, as if not asked.
+    if not v or (releases_only and re.match(r"0\.[01]\b", str(v))):
+        return None
+    return str(v)

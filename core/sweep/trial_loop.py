@@ -22,9 +22,9 @@ from core.serve import process as proc_mod
 from core.serve.engines import Server, launch
 from core.serve.process import CRASHED, ServerFailed
 from core.serve.startup_log import log_lacks_gpu_p2p
-from core.sweep.hosts import served_version
 from core.spec.study import PointRow
 from core.sweep.control import _Interrupted
+from core.sweep.hosts import served_version
 from core.sweep.space import PointPlan, TrialPlan
 from core.sweep.strategies import Strategy
 from core.sweep.summary import RunSummary
