@@ -58,6 +58,7 @@ _KNOBS = {
     "max_model_len": re.compile(r"max[_-]model[_-]len[= ](\d+)"),
     "gpu_memory_utilization": re.compile(r"gpu[_-]memory[_-]utilization[= ]([0-9.]+)"),
 }
+_ROUND_ROBIN = re.compile(r"\b(\d+) prompt templates? [^.;]{0,60}round-robin")
 _RETOKENIZED = re.compile(r"re-?tokenized mean output = [0-9.]+")
 _SCHEDULER_STEPS = re.compile(r"num[_-]scheduler[_-]steps[= ](\d+)")
 _COUNTS = [
@@ -289,8 +290,14 @@ INFERENCE_PERF_PROMPTS = 100
 
 
 def prompt_pool(row: dict) -> int:
-    """How many distinct prompts the row's client cycled through (0: every prompt new)."""
-    return INFERENCE_PERF_PROMPTS if "inference-perf" in (row.get("notes") or "") else 0
+    """How many distinct prompts the row's client cycled through (0: every prompt new):
+    inference-perf's pool, or the prompts a client sends round-robin where the notes say so
+    (the SageMaker benchmark suite's 3 per use case) to an engine that caches prefixes."""
+    notes = row.get("notes") or ""
+    if "inference-perf" in notes:
+        return INFERENCE_PERF_PROMPTS
+    m = _ROUND_ROBIN.search(notes)
+    return int(m.group(1)) if m and caches_prefixes(row) else 0
 
 
 def system_prompt(row: dict) -> int:
@@ -323,25 +330,35 @@ def first_prompt_cached(row: dict) -> bool:
     notes = row.get("notes") or ""
     if prompt_count(notes) != 1 or not any(c in notes for c in ("benchmark_serving", "vllm bench serve", "bench_serving")):
         return False
+    return caches_prefixes(row)
+
+
+def caches_prefixes(row: dict) -> bool:
+    """Prefix caching on by default: vLLM's V1 engine (0.8 on; an unknown version is current)
+    and SGLang's radix cache."""
     engine = (row.get("engine") or "").lower()
     release = tuple(int(x) for x in re.findall(r"\d+", engine_version(row) or "")[:2])
-    return engine == "sglang" or (engine == "vllm" and release >= (0, 8))
+    return engine == "sglang" or (engine == "vllm" and (not release or release >= (0, 8)))
 
 
 # The last vLLM release before async scheduling became the default (0.14, Jan 2026).
 SYNC_VLLM = "0.13"
 
 
+# vLLM 0.14.0's release month: a row measured from then on without a version ran async.
+ASYNC_FROM = "2026-02"
+
+
 def engine_version(row: dict) -> str | None:
-    """The engine version a row is predicted with: its own, else for vLLM the last release
-    before async scheduling (:data:`SYNC_VLLM`). knee takes an unknown version as the current
-    release, but every vLLM row without one in both files was measured before 0.14:
-    vllmci (Oct 2024), llmpricecompass (Aug 2024), ttgpuref (Apr 2025), vllmpr23696 (Aug
-    2025), kubeai (2025, V1) and smwalk (``pip install vllm`` for a post of 19 Dec 2025,
-    when 0.13 was current)."""
+    """The engine version a row is predicted with: its own; else for vLLM the current release
+    (None) where the row's ``date`` is from :data:`ASYNC_FROM` on, and the last release before
+    async scheduling (:data:`SYNC_VLLM`) otherwise. The vLLM rows without a version or a date
+    were all measured before 0.14: vllmci (Oct 2024), llmpricecompass (Aug 2024), ttgpuref
+    (Apr 2025), vllmpr23696 (Aug 2025), kubeai (2025, V1) and smwalk (``pip install vllm`` for
+    a post of 19 Dec 2025, when 0.13 was current)."""
     version = row.get("engine_version")
     if not version and (row.get("engine") or "").lower() == "vllm":
-        return SYNC_VLLM
+        return None if str(row.get("date") or "") >= ASYNC_FROM else SYNC_VLLM
     return version
 
 

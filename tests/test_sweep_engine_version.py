@@ -78,3 +78,28 @@ def test_a_source_build_that_names_no_release_is_taken_as_the_current_one(tmp_pa
     assert all(p._cost(1, "auto").steps_ahead == 1 for p in runner._predictors())
     # The launch's own record keeps what the server said.
     assert any("vllm 0.1.dev5+g1234abc" == h.get("engine_version") for h in store.trial_hosts("ver"))
+
+
+def test_the_plan_names_the_release_its_estimate_and_sweep_use(tmp_path):
+    """The Plan screen's engine version field (the twin of --engine-version): checked, shown
+    in the estimate's note, saved with the plan and handed to the sweep it starts."""
+    from core.estimate.report import estimate
+    from core.spec.plan import Plan
+    from tui.data.plan_form import check_fields, fields_from_plan
+    from tui.data.sweep_control import spec_from_plan
+
+    values = fields_from_plan(Plan())
+    assert values["engine_version"] == ""
+    _, errors, _ = check_fields({**values, "engine_version": "latest"})
+    assert errors["engine_version"] == "must be a release number such as 0.10.1"
+    plan, errors, hints = check_fields({**values, "engine_version": "0.10.1"})
+    assert plan is not None and not errors and plan.engine_version == "0.10.1"
+    assert hints["engine_version"] == "predicted as vLLM 0.10.1"
+
+    note = next(n for n in estimate(plan).notes if n.startswith("engine profile"))
+    assert note.startswith("engine profile: vllm 0.10.1;")
+    assert "the current release" in next(n for n in estimate(Plan()).notes if n.startswith("engine profile"))
+    plan.save(tmp_path / "plan.toml")
+    assert Plan.load(tmp_path / "plan.toml").engine_version == "0.10.1"
+    assert Plan.load(tmp_path / "plan.toml").model_copy(update={"engine_version": None}) == Plan()
+    assert spec_from_plan(plan).engine.version == "0.10.1"

@@ -207,6 +207,7 @@ def estimate(
         dist = (lambda m: LengthDist(kind="uniform", mean=m, range_ratio=r)) if r else LengthDist.of
         workload = Workload(input=dist(i), output=dist(o), num_prompts=plan.num_prompts)
     slo = constraints if isinstance(constraints, SLO) else parse_constraints(constraints if constraints is not None else plan.constraints)
+    engine_version = engine_version or plan.engine_version
     eng = (engine or plan.engine or "vllm").lower()
     eng = "vllm" if eng in _AS_VLLM else eng
     engine_profile(eng, engine_version)  # unknown engine -> BadInput before any work

@@ -20,7 +20,18 @@ the other engines keep their profile's defaults.
 
 from __future__ import annotations
 
+import re
+
 GIB_LARGE = 70.0  # vLLM: device_memory >= 70 * GiB_bytes
+
+
+def checked_release(version: str | None) -> str | None:
+    """``version`` when it names an engine release ("0.10.1", "0.5.3rc0"), None for none or
+    blank; ValueError (a field's message) for anything else ("v0.10", "latest")."""
+    v = (version or "").strip()
+    if v and not re.match(r"\d+\.\d+", v):
+        raise ValueError("must be a release number such as 0.10.1")
+    return v or None
 
 
 def release(version: str | None, parts: int = 2) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from core.errors import BadInput
+from core.spec.engine_defaults import checked_release
 from core.spec.slo import SLO, parse_constraints
 from core.tomlfile import read_toml
 
@@ -47,17 +48,24 @@ class Plan(BaseModel):
     objective: Objective = "max_throughput"
     # How to run
     engine: EngineName = "sim"
+    # The engine's release, for predictions (None: the current one; a sweep asks its server).
+    engine_version: str | None = None
     url: str | None = None  # external engine
     endpoint_name: str | None = None  # sagemaker engine
     # Search space in llm-optimizer's grammar (knee's suggestion when empty).
     server_args: str = ""
     client_args: str = ""
 
-    @field_validator("instance", "gpu", "precision", "dataset_path", "url", "endpoint_name", mode="before")
+    @field_validator("instance", "gpu", "precision", "dataset_path", "url", "endpoint_name", "engine_version", mode="before")
     @classmethod
     def _blank_is_none(cls, v):
         # TOML has no null: a saved plan writes "" for "not set" (see save()).
         return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("engine_version")
+    @classmethod
+    def _a_release(cls, v: str | None) -> str | None:
+        return checked_release(v)
 
     @field_validator("constraints")
     @classmethod

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from core.spec.engine_defaults import checked_release
 
 EngineKind = Literal["vllm", "sglang", "custom", "external", "sim"]
 Strategy = Literal["grid", "adaptive", "sla"]
@@ -60,9 +61,7 @@ class EngineSpec(BaseModel):
     @field_validator("version")
     @classmethod
     def _a_release(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"\d+\.\d+", v):
-            raise ValueError("must be a release number such as 0.10.1")
-        return v
+        return checked_release(v)
 
 
 class SweepSpec(BaseModel):

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from core.catalog import get_gpu, get_instance, resolve_hardware
 from core.errors import KneeError
+from core.spec.engine_defaults import checked_release
 from core.spec.plan import Plan
 from core.spec.slo import parse_constraints
 from core.sweep.grammar import combinations, parse_args
@@ -32,6 +33,7 @@ TEXT_FIELDS = (
     "min_request_rate",
     "url",
     "endpoint_name",
+    "engine_version",
     "server_args",
     "client_args",
 )
@@ -107,6 +109,7 @@ def fields_from_plan(plan: Plan) -> dict[str, str]:
         "min_request_rate": s(plan.min_request_rate),
         "url": s(plan.url),
         "endpoint_name": s(plan.endpoint_name),
+        "engine_version": s(plan.engine_version),
         "server_args": plan.server_args,
         "client_args": plan.client_args,
         "dataset": plan.dataset,
@@ -204,8 +207,15 @@ def check_fields(values: dict[str, str]) -> tuple[Plan | None, dict[str, str], d
             raise ValueError("the sagemaker engine needs an endpoint name")
         data["endpoint_name"] = e or None
 
+    def version() -> None:
+        v = checked_release(values.get("engine_version"))
+        data["engine_version"] = v
+        if engine in ("sim", "vllm"):
+            hints["engine_version"] = f"predicted as vLLM {v}" if v else "predicted as the current vLLM release"
+
     check("url", url)
     check("endpoint_name", endpoint)
+    check("engine_version", version)
 
     def args(side: str) -> None:
         text = values.get(f"{side}_args", "").strip()

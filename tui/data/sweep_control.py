@@ -43,7 +43,8 @@ def spec_from_plan(plan: Plan) -> SweepSpec:
         client_args = client_args or sug.client_args
     if plan.engine == "sagemaker":
         raise BadInput("the sweep runner does not measure SageMaker endpoints yet", "use the sim, vllm or external engine")
-    engine = EngineSpec(kind=plan.engine, url=plan.url) if plan.engine == "external" else EngineSpec(kind=plan.engine)
+    url = {"url": plan.url} if plan.engine == "external" else {}
+    engine = EngineSpec(kind=plan.engine, version=plan.engine_version, **url)
     return build_spec(
         plan.model,
         engine=engine,
