@@ -1,11 +1,13 @@
-"""The all-reduce staged through host memory (no GPU peer-to-peer): how the two published
-sources that exercise it agree on its two values, and how each predicts the other.
+"""The all-reduce staged through host memory (no GPU peer-to-peer): how the published
+sources that exercise it agree on its two values, and how each predicts the others.
 
-Sources: the SageMaker walkthrough's TP4 runs on ml.g6.12xlarge (L4, ``smwalk-*``) and the
-TP2 runs on A100-80GB whose vLLM logs say P2P is unavailable (``dlvllm-*`` with ``gpu_p2p``
-false). For each (link_eff, allreduce_us) on a grid it prints each source's objective (the
-mean over measured metrics of min(|log(predicted/measured)|, log 3), bench/fit.py's), each
-source's best, and each source judged at the other's best (leave-one-source-out).
+Sources: every multi-GPU row without GPU peer-to-peer: the SageMaker walkthrough's TP4 runs
+on ml.g6.12xlarge (L4, ``smwalk-*``), the TP2 runs on A100-80GB whose vLLM logs say P2P is
+unavailable (``dlvllm-*`` with ``gpu_p2p`` false) and the SageMaker benchmark suite's TP4 runs
+on ml.g6e.12xlarge (L40S) and ml.g5.12xlarge (A10G) (``smsuite-*``). For each (link_eff,
+allreduce_us) on a grid it prints each source's objective (the mean over measured metrics of
+min(|log(predicted/measured)|, log 3), bench/fit.py's), each source's best, and each source
+judged at the best of the others together (leave-one-source-out).
 
     python -m bench.pcie_host_fit
 """
@@ -23,9 +25,8 @@ from core.errors import KneeError
 from core.estimate.costmodel import calibrated, calibration
 
 PUBLISHED = Path(__file__).parent / "data" / "published.jsonl"
-SOURCES = ("smwalk", "dlvllm")
 LINK_EFF = (0.10, 0.13, 0.15, 0.17, 0.19, 0.21, 0.23, 0.26, 0.30)
-LATENCY_US = (20, 30, 40, 50, 65, 80, 100)
+LATENCY_US = (10, 20, 30, 40, 50, 65, 80, 100)
 
 
 def objective(items: list, params: dict[str, float]) -> float:
@@ -43,23 +44,33 @@ def objective(items: list, params: dict[str, float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    rows = [r for r in R.load(PUBLISHED) if r["id"].rsplit("-", 1)[0] in SOURCES and (r.get("tp") or 1) > 1]
-    by_source = {s: [(row, arch) for row, _, arch in R.with_config([r for r in rows if r["id"].startswith(s)], [])] for s in SOURCES}
+    items = [(row, arch) for row, _, arch in R.with_config(R.load(PUBLISHED), []) if (row.get("tp") or 1) > 1 and not R.gpu_of(row).p2p]
+    sources = sorted({row["id"].rsplit("-", 1)[0] for row, _ in items})
+    by_source = {s: [it for it in items if it[0]["id"].rsplit("-", 1)[0] == s] for s in sources}
     grid = {
-        (e, u): {s: objective(by_source[s], {"interconnect.pcie-host.link_eff": e, "interconnect.pcie-host.allreduce_us": float(u)}) for s in SOURCES}
+        (e, u): {s: objective(by_source[s], {"interconnect.pcie-host.link_eff": e, "interconnect.pcie-host.allreduce_us": float(u)}) for s in sources}
         for e, u in itertools.product(LINK_EFF, LATENCY_US)
     }
     shipped = calibration()["interconnect"]["pcie-host"]
     print(
-        f"rows: {', '.join(f'{s} {len(by_source[s])}' for s in SOURCES)}; shipped link_eff {shipped['link_eff']}, allreduce_us {shipped['allreduce_us']}"
+        f"rows: {', '.join(f'{s} {len(by_source[s])}' for s in sources)}; shipped link_eff {shipped['link_eff']}, allreduce_us {shipped['allreduce_us']}"
     )
-    print("objective smwalk/dlvllm; rows link_eff, columns allreduce_us " + " ".join(f"{u:>9d}" for u in LATENCY_US))
+    print(f"objective {'/'.join(sources)}; rows link_eff, columns allreduce_us " + " ".join(f"{u:>14d}" for u in LATENCY_US))
     for e in LINK_EFF:
-        print(f"  {e:4.2f} " + " ".join(f"{grid[(e, u)]['smwalk']:.2f}/{grid[(e, u)]['dlvllm']:.2f}" for u in LATENCY_US))
-    best = {s: min(grid, key=lambda k, s=s: grid[k][s]) for s in SOURCES}
-    for s in SOURCES:
-        other = next(o for o in SOURCES if o != s)
-        print(f"{s}: best {best[s]} (objective {grid[best[s]][s]:.3f}); held out, at {other}'s best {best[other]}: {grid[best[other]][s]:.3f}")
+        print(f"  {e:4.2f} " + " ".join("/".join(f"{grid[(e, u)][s]:.2f}" for s in sources) for u in LATENCY_US))
+
+    def pooled(srcs) -> dict:
+        """Each grid point's objective over these sources' rows together."""
+        n = {s: len(by_source[s]) for s in srcs}
+        return {k: sum(v[s] * n[s] for s in srcs) / max(sum(n.values()), 1) for k, v in grid.items()}
+
+    everyone = pooled(sources)
+    best_all = min(everyone, key=everyone.__getitem__)
+    print(f"all sources: best {best_all} (objective {everyone[best_all]:.3f}); at the shipped values: {objective(items, {}):.3f}")
+    for s in sources:
+        others = pooled([o for o in sources if o != s])
+        b_own, b_others = min(grid, key=lambda k, s=s: grid[k][s]), min(others, key=others.__getitem__)
+        print(f"{s}: best {b_own} (objective {grid[b_own][s]:.3f}); held out, at the others' best {b_others}: {grid[b_others][s]:.3f}")
     return 0
 
 
