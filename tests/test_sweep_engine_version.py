@@ -5,14 +5,10 @@ server is knee's simulated one, a real process launched as the vllm engine, whic
 /version with the release it plays (--engine-version)."""
 
 import io
-import sys
 
 from core.estimate.costmodel import engine_profile
-from core.results.store import StudyStore
-from core.spec.study import EngineSpec
-from core.sweep import build_spec, create_study
 from core.sweep.predict import SurrogatePredictor
-from core.sweep.runner import Runner
+from support.sim_sweep import sweep_simulated_server
 from tui.cli.progress import ProgressPrinter
 from tui.data.sweep_state import SweepFollower
 
@@ -26,23 +22,7 @@ def test_an_unknown_vllm_release_is_the_current_one_which_schedules_ahead():
 
 
 def _sweep(tmp_path, server_flags: str):
-    cmd = f"{sys.executable} -m core.simulate.server --model {{model}} --gpu A100-80GB --num-gpus 1 --port {{port}} --scale 200 {server_flags}"
-    engine = EngineSpec(kind="vllm", command=cmd, start_timeout_s=60, stop_timeout_s=5)
-    spec = build_spec(
-        "Qwen/Qwen3-4B",
-        engine=engine,
-        server_args="max_num_seqs=[64]",
-        client_args="max_concurrency=[2,4];num_prompts=8;random_input_len=64;random_output_len=16;tokenizer=words",
-        gpu="A100-80GB",
-        num_gpus=1,
-    )
-    store = StudyStore(tmp_path / "knee.db")
-    create_study(store, spec, "ver")
-    events = []
-    runner = Runner(store, "ver", on_event=lambda k, d: events.append((k, d)), workspace=tmp_path)
-    summary = runner.run()
-    assert summary.points_run == 2 and all(p.status == "ok" for p in store.points("ver"))
-    return store, runner, [d for k, d in events if k == "server_ready"]
+    return sweep_simulated_server(tmp_path, "ver", "vllm", server_flags, "A100-80GB", 1, "max_num_seqs=[64]")
 
 
 def test_a_sweep_predicts_with_the_release_its_server_reports(tmp_path):

@@ -5,13 +5,9 @@ memory. The server is knee's simulated one, a real process, which logs vLLM's li
 would (no GPU here can refuse P2P)."""
 
 import io
-import sys
 
-from core.results.store import StudyStore
 from core.serve.startup_log import lacks_gpu_p2p, log_lacks_gpu_p2p
-from core.spec.study import EngineSpec
-from core.sweep import build_spec, create_study
-from core.sweep.runner import Runner
+from support.sim_sweep import sweep_simulated_server
 from tui.cli.progress import ProgressPrinter
 from tui.data.sweep_state import SweepFollower
 
@@ -34,28 +30,11 @@ def test_the_startup_line_is_recognised_and_nothing_else(tmp_path):
 
 
 def _sweep(tmp_path, server_flags: str):
-    cmd = f"{sys.executable} -m core.simulate.server --model {{model}} --gpu A100-80GB --num-gpus 2 --port {{port}} --scale 200 {server_flags}"
-    engine = EngineSpec(kind="custom", command=cmd, start_timeout_s=60, stop_timeout_s=5)
-    spec = build_spec(
-        "Qwen/Qwen3-4B",
-        engine=engine,
-        server_args="tensor_parallel_size=[2]",
-        client_args="max_concurrency=[2,4];num_prompts=8;random_input_len=64;random_output_len=16;tokenizer=words",
-        gpu="A100-80GB",
-        num_gpus=2,
-    )
-    store = StudyStore(tmp_path / "knee.db")
-    create_study(store, spec, "p2p")
-    events = []
-    runner = Runner(store, "p2p", on_event=lambda k, d: events.append((k, d)), workspace=tmp_path)
-    summary = runner.run()
-    assert summary.points_run == 2 and all(p.status == "ok" for p in store.points("p2p"))
-    return store, runner, events
+    return sweep_simulated_server(tmp_path, "p2p", "custom", server_flags, "A100-80GB", 2, "tensor_parallel_size=[2]")
 
 
 def test_a_sweep_whose_engine_lacks_gpu_p2p_predicts_the_rest_through_host_memory(tmp_path):
-    store, runner, events = _sweep(tmp_path, "--no-gpu-p2p")
-    ready = [d for k, d in events if k == "server_ready"]
+    store, runner, ready = _sweep(tmp_path, "--no-gpu-p2p")
     assert ready and ready[0]["gpu_p2p"] is False
     assert store.spec("p2p").gpu_p2p is False  # stored: the Pareto view and a resume see it
     cal = runner.learner.calibration
@@ -71,8 +50,7 @@ def test_a_sweep_whose_engine_lacks_gpu_p2p_predicts_the_rest_through_host_memor
 
 
 def test_a_sweep_whose_engine_has_gpu_p2p_keeps_nvlink(tmp_path):
-    store, runner, events = _sweep(tmp_path, "")
-    ready = [d for k, d in events if k == "server_ready"]
+    store, runner, ready = _sweep(tmp_path, "")
     assert ready and "gpu_p2p" not in ready[0]
     assert store.spec("p2p").gpu_p2p is True
     assert runner.learner.calibration.hardware.gpu.interconnect == "nvlink"
