@@ -4,13 +4,9 @@ older server is priced without it. Without an answer knee takes the current rele
 server is knee's simulated one, a real process launched as the vllm engine, which answers
 /version with the release it plays (--engine-version)."""
 
-import io
-
 from core.estimate.costmodel import engine_profile
 from core.sweep.predict import SurrogatePredictor
-from support.sim_sweep import sweep_simulated_server
-from tui.cli.progress import ProgressPrinter
-from tui.data.sweep_state import SweepFollower
+from support.sim_sweep import shown, sweep_simulated_server
 
 
 def test_an_unknown_vllm_release_is_the_current_one_which_schedules_ahead():
@@ -36,11 +32,9 @@ def test_a_sweep_predicts_with_the_release_its_server_reports(tmp_path):
     again = SurrogatePredictor.for_spec(store.spec("ver"), runner._surrogate.arch, runner._surrogate.hardware)
     assert again.engine_version == "0.10.1"
 
-    out = io.StringIO()
-    ProgressPrinter(out).handle("server_ready", ready[0])
-    assert "version 0.10.1" in out.getvalue()
-    snap = SweepFollower(store, "ver").poll()
-    assert any("server ready: version 0.10.1" in line for line in snap.events_per_trial[ready[0]["trial_id"]])
+    printed, trial_log = shown(store, "ver", ready[0])
+    assert "version 0.10.1" in printed
+    assert any("server ready: version 0.10.1" in line for line in trial_log)
 
 
 def test_a_server_that_reports_no_release_is_predicted_as_the_current_one(tmp_path):

@@ -4,12 +4,8 @@ study is stored with gpu_p2p = false and the rest is predicted with all-reduces 
 memory. The server is knee's simulated one, a real process, which logs vLLM's line where vLLM
 would (no GPU here can refuse P2P)."""
 
-import io
-
 from core.serve.startup_log import lacks_gpu_p2p, log_lacks_gpu_p2p
-from support.sim_sweep import sweep_simulated_server
-from tui.cli.progress import ProgressPrinter
-from tui.data.sweep_state import SweepFollower
+from support.sim_sweep import shown, sweep_simulated_server
 
 VLLM_LINE = (
     "WARNING 08-25 02:13:44 [custom_all_reduce.py:137] Custom allreduce is disabled because your platform lacks GPU P2P "
@@ -42,11 +38,9 @@ def test_a_sweep_whose_engine_lacks_gpu_p2p_predicts_the_rest_through_host_memor
     assert cal.base.__self__.hardware.gpu.interconnect == "pcie-host"  # the learner's reference
 
     # Said where the user watches: the text output and the TUI's log of the trial.
-    out = io.StringIO()
-    ProgressPrinter(out).handle("server_ready", ready[0])
-    assert "no GPU peer-to-peer" in out.getvalue()
-    snap = SweepFollower(store, "p2p").poll()
-    assert any("server ready: no GPU peer-to-peer" in line for line in snap.events_per_trial[ready[0]["trial_id"]])
+    printed, trial_log = shown(store, "p2p", ready[0])
+    assert "no GPU peer-to-peer" in printed
+    assert any("server ready: no GPU peer-to-peer" in line for line in trial_log)
 
 
 def test_a_sweep_whose_engine_has_gpu_p2p_keeps_nvlink(tmp_path):

@@ -30,3 +30,16 @@ def sweep_simulated_server(tmp_path, name: str, kind: str, server_flags: str, gp
     summary = runner.run()
     assert summary.points_run == 2 and all(p.status == "ok" for p in store.points(name))
     return store, runner, [d for k, d in events if k == "server_ready"]
+
+
+def shown(store, name: str, ready: dict) -> tuple[str, list[str]]:
+    """What the user sees of a server_ready event: `knee sweep`'s text output, and the lines
+    of the TUI's log of that trial."""
+    import io
+
+    from tui.cli.progress import ProgressPrinter
+    from tui.data.sweep_state import SweepFollower
+
+    out = io.StringIO()
+    ProgressPrinter(out).handle("server_ready", ready)
+    return out.getvalue(), list(SweepFollower(store, name).poll().events_per_trial[ready["trial_id"]])
