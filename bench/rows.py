@@ -44,6 +44,9 @@ from core.spec.lengths import SHAREGPT_INPUT_MEAN as SHAREGPT_IN
 from core.spec.lengths import SHAREGPT_OUTPUT_MEAN as SHAREGPT_OUT
 from core.spec.lengths import SHAREGPT_SIGMA, lognormal, sharegpt_input, sharegpt_output
 
+# Re-exported: the benches read a row's engine release through this module.
+from bench.row_versions import caches_prefixes, engine_version  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT.parent / "shared" / "calibration" / "measurements.jsonl"
 if not DEFAULT.exists():
@@ -331,35 +334,6 @@ def first_prompt_cached(row: dict) -> bool:
     if prompt_count(notes) != 1 or not any(c in notes for c in ("benchmark_serving", "vllm bench serve", "bench_serving")):
         return False
     return caches_prefixes(row)
-
-
-def caches_prefixes(row: dict) -> bool:
-    """Prefix caching on by default: vLLM's V1 engine (0.8 on; an unknown version is current)
-    and SGLang's radix cache."""
-    engine = (row.get("engine") or "").lower()
-    release = tuple(int(x) for x in re.findall(r"\d+", engine_version(row) or "")[:2])
-    return engine == "sglang" or (engine == "vllm" and (not release or release >= (0, 8)))
-
-
-# The last vLLM release before async scheduling became the default (0.14, Jan 2026).
-SYNC_VLLM = "0.13"
-
-
-# vLLM 0.14.0's release month: a row measured from then on without a version ran async.
-ASYNC_FROM = "2026-02"
-
-
-def engine_version(row: dict) -> str | None:
-    """The engine version a row is predicted with: its own; else for vLLM the current release
-    (None) where the row's ``date`` is from :data:`ASYNC_FROM` on, and the last release before
-    async scheduling (:data:`SYNC_VLLM`) otherwise. The vLLM rows without a version or a date
-    were all measured before 0.14: vllmci (Oct 2024), llmpricecompass (Aug 2024), ttgpuref
-    (Apr 2025), vllmpr23696 (Aug 2025), kubeai (2025, V1) and smwalk (``pip install vllm`` for
-    a post of 19 Dec 2025, when 0.13 was current)."""
-    version = row.get("engine_version")
-    if not version and (row.get("engine") or "").lower() == "vllm":
-        return None if str(row.get("date") or "") >= ASYNC_FROM else SYNC_VLLM
-    return version
 
 
 def client_timeout(row: dict) -> float | None:

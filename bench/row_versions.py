@@ -1,0 +1,35 @@
+"""Which engine release a measurement row is predicted with, and what that release does by
+default: the version rules ``bench/rows.py`` applies to every row alike."""
+
+from __future__ import annotations
+
+import re
+
+
+def caches_prefixes(row: dict) -> bool:
+    """Prefix caching on by default: vLLM's V1 engine (0.8 on; an unknown version is current)
+    and SGLang's radix cache."""
+    engine = (row.get("engine") or "").lower()
+    release = tuple(int(x) for x in re.findall(r"\d+", engine_version(row) or "")[:2])
+    return engine == "sglang" or (engine == "vllm" and (not release or release >= (0, 8)))
+
+
+# The last vLLM release before async scheduling became the default (0.14, Jan 2026).
+SYNC_VLLM = "0.13"
+
+
+# vLLM 0.14.0's release month: a row measured from then on without a version ran async.
+ASYNC_FROM = "2026-02"
+
+
+def engine_version(row: dict) -> str | None:
+    """The engine version a row is predicted with: its own; else for vLLM the current release
+    (None) where the row's ``date`` is from :data:`ASYNC_FROM` on, and the last release before
+    async scheduling (:data:`SYNC_VLLM`) otherwise. The vLLM rows without a version or a date
+    were all measured before 0.14: vllmci (Oct 2024), llmpricecompass (Aug 2024), ttgpuref
+    (Apr 2025), vllmpr23696 (Aug 2025), kubeai (2025, V1) and smwalk (``pip install vllm`` for
+    a post of 19 Dec 2025, when 0.13 was current)."""
+    version = row.get("engine_version")
+    if not version and (row.get("engine") or "").lower() == "vllm":
+        return None if str(row.get("date") or "") >= ASYNC_FROM else SYNC_VLLM
+    return version
