@@ -14,11 +14,12 @@ def caches_prefixes(row: dict) -> bool:
     return engine == "sglang" or (engine == "vllm" and (not release or release >= (0, 8)))
 
 
-# The last vLLM release before async scheduling became the default (0.14, Jan 2026).
+# The last vLLM release before async scheduling became the default (0.14.0, 2026-01-17).
 SYNC_VLLM = "0.13"
 
 
-# vLLM 0.14.0's release month: a row measured from then on without a version ran async.
+# vLLM 0.14.0 came out on 2026-01-17 with async scheduling on by default (PR #27614): a row
+# from the month after on, without a version, is taken to run it or later.
 ASYNC_FROM = "2026-02"
 
 
