@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -37,6 +38,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Every sweep event a test's runner emits (in this process or a knee subprocess) must match
 # its model in core/spec/events.py: a mismatch raises instead of being logged.
 os.environ["KNEE_STRICT_EVENTS"] = "1"
+# Every server this test session starts inherits it (core/serve/process.py passes the
+# environment on): support/procs.py finds this session's servers, not another checkout's
+# running the same tests on the same machine with the same study names.
+os.environ.setdefault("KNEE_TEST_SESSION", f"{os.getpid()}-{time.time_ns()}")
 
 
 def _in_ci() -> bool:

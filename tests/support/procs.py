@@ -15,6 +15,8 @@ def tagged_pids(study: str) -> list[int]:
     """Live processes carrying KNEE_SERVER_TAG=<study>/... (every server the sweep started)."""
     out = []
     needle = f"KNEE_SERVER_TAG={study}/".encode()
+    session = os.environ.get("KNEE_TEST_SESSION")
+    ours = f"KNEE_TEST_SESSION={session}".encode()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -23,7 +25,10 @@ def tagged_pids(study: str) -> list[int]:
             state = (d / "stat").read_text().split(") ", 1)[1][0]
         except OSError:
             continue
-        if needle in env and state != "Z":  # a zombie has exited; its parent just has not reaped it
+        # Another test session's servers (a second checkout's suite on this machine) carry the
+        # same study names but not this session's marker (tests/conftest.py).
+        mine = session is None or ours in env.split(b"\0")
+        if needle in env and mine and state != "Z":  # a zombie has exited; its parent just has not reaped it
             out.append(int(d.name))
     return out
 
