@@ -3,15 +3,15 @@ default: the version rules ``bench/rows.py`` applies to every row alike."""
 
 from __future__ import annotations
 
-import re
+from core.spec.engine_defaults import release
 
 
 def caches_prefixes(row: dict) -> bool:
     """Prefix caching on by default: vLLM's V1 engine (0.8 on; an unknown version is current)
     and SGLang's radix cache."""
     engine = (row.get("engine") or "").lower()
-    release = tuple(int(x) for x in re.findall(r"\d+", engine_version(row) or "")[:2])
-    return engine == "sglang" or (engine == "vllm" and (not release or release >= (0, 8)))
+    rel = release(engine_version(row), 2)
+    return engine == "sglang" or (engine == "vllm" and (not rel or rel >= (0, 8)))
 
 
 # The last vLLM release before async scheduling became the default (0.14.0, 2026-01-17).

@@ -23,8 +23,9 @@ def _knee_version() -> str:
         return "unknown"
 
 
-def trial_host(runner: Any, trial, server) -> dict[str, Any]:
-    """Host, GPU type and count, engine and version of a launch, where known."""
+def trial_host(runner: Any, trial, server, reported: str | None = None) -> dict[str, Any]:
+    """Host, GPU type and count, engine and version of a launch, where known; ``reported`` is
+    what the server answered to GET /version (``reported_version``), asked once per launch."""
     spec = runner.spec
     out: dict[str, Any] = {"host": socket.gethostname(), "engine": spec.engine.kind, "simulated": spec.engine.kind == "sim"}
     if spec.engine.kind == "sim":
@@ -47,15 +48,13 @@ def trial_host(runner: Any, trial, server) -> dict[str, Any]:
                 pynvml.nvmlShutdown()
         except Exception:
             pass
-    v = served_version(server, releases_only=False)
-    if v:
-        out["engine_version"] = f"{spec.engine.kind} {v}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
+    if reported:
+        out["engine_version"] = f"{spec.engine.kind} {reported}" + (f", {out['engine_version']}" if out.get("engine_version") else "")
     return out
 
 
-def served_version(server, releases_only: bool = True) -> str | None:
-    """The version a running vLLM or SGLang server reports (GET /version), else None; with
-    ``releases_only`` also None for a build that names no release."""
+def reported_version(server) -> str | None:
+    """The version a running vLLM or SGLang server reports (GET /version), else None."""
     if server is None or not getattr(server, "base_url", None):
         return None
     try:  # localhttp: core must not import httpx
@@ -64,8 +63,10 @@ def served_version(server, releases_only: bool = True) -> str | None:
         v = json.loads(body).get("version") if status == 200 else None
     except Exception:  # noqa: BLE001 - an engine without the endpoint: the version stays unknown
         return None
-    # A source build without release tags reports setuptools-scm's fallback (0.1.devN, 0.0.0),
-    # which says nothing about the release: unknown, as if not asked.
-    if not v or (releases_only and re.match(r"0\.[01]\b", str(v))):
-        return None
-    return str(v)
+    return str(v) if v else None
+
+
+def names_release(version: str | None) -> bool:
+    """Whether a reported version names a release: a source build without release tags reports
+    setuptools-scm's fallback (0.1.devN, 0.0.0), which says nothing about the release."""
+    return bool(version) and not re.match(r"0\.[01]\b", str(version))

@@ -185,12 +185,12 @@ class Runner(RunControl, ParallelCoordinator, TrialLoop, PointMeasure):
         who = {"worker": self.worker_id, "host": socket.gethostname(), "pid": os.getpid(), "rerun": False}
         self.store.save_point(row, records, keep_chunks=keep_chunks, worker=who)
 
-    def _record_host(self, tid: int, trial: TrialPlan, server: Server | None) -> None:
+    def _record_host(self, tid: int, trial: TrialPlan, server: Server | None, reported: str | None = None) -> None:
         """Where this launch runs: host, GPU type and count, engine version (never fails a sweep)."""
         try:
             from core.sweep.hosts import trial_host
 
-            self.store.record_trial_host(self.study, tid, self.worker_id, **trial_host(self, trial, server))
+            self.store.record_trial_host(self.study, tid, self.worker_id, **trial_host(self, trial, server, reported))
         except Exception:  # noqa: BLE001 - bookkeeping only: a sweep must not fail on it
             log.warning("could not record where trial %s of %s runs", tid, self.study, exc_info=True)
 

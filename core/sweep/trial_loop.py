@@ -24,7 +24,7 @@ from core.serve.process import CRASHED, ServerFailed
 from core.serve.startup_log import log_lacks_gpu_p2p
 from core.spec.study import PointRow
 from core.sweep.control import _Interrupted
-from core.sweep.hosts import served_version
+from core.sweep.hosts import names_release, reported_version
 from core.sweep.space import PointPlan, TrialPlan
 from core.sweep.strategies import Strategy
 from core.sweep.summary import RunSummary
@@ -135,8 +135,10 @@ class TrialLoop:
         # peer-to-peer: the rest of the study is predicted for that machine.
         no_p2p = server is not None and trial.config.tp > 1 and log_lacks_gpu_p2p(server.log_path)
         # The engine's release sets its step costs and scheduler (vLLM schedules a step ahead
-        # from 0.14): the first launch's GET /version answer prices the rest of the study.
-        version = served_version(server) if kind in ("vllm", "sglang") and self.spec.engine.version is None else None
+        # from 0.14): the first launch's GET /version answer prices the rest of the study. Asked
+        # once per launch; the launch's record keeps the answer even where it names no release.
+        reported = reported_version(server) if kind != "sim" else None
+        version = reported if kind in ("vllm", "sglang") and self.spec.engine.version is None and names_release(reported) else None
         self.emit(
             "server_ready",
             trial_id=tid,
@@ -151,7 +153,7 @@ class TrialLoop:
             self._adopt_no_gpu_p2p()
         if version:
             self._adopt_engine_version(version)
-        self._record_host(tid, trial, server)
+        self._record_host(tid, trial, server, reported)
         return server, cmd
 
     def _trial_launches(self, tid: int) -> int:
