@@ -312,3 +312,24 @@ def test_a_finite_closed_loop_run_starts_with_its_first_wave_prefilling_back_to_
     assert short.ttft_ms.p99 > 3 * steady.ttft_ms.p99 and short.ttft_ms.p50 == pytest.approx(steady.ttft_ms.p50, rel=1e-9)
     assert short.req_per_s == steady.req_per_s
     assert short.e2e_s.mean - steady.e2e_s.mean == pytest.approx((short.ttft_ms.mean - steady.ttft_ms.mean) / 1e3, rel=1e-6)
+
+
+def test_a_burst_averages_tpot_over_requests_not_tokens():
+    """vllm bench serve's mean TPOT is per request, then averaged: in a burst a short request
+    decodes only at the full batch's slow steps, and a first-wave request waits after its
+    first token while the other prompts prefill, divided by its few tokens. The token-weighted
+    gap (mean ITL) misses both; E2E stays the time requests actually take."""
+    arch, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM")
+    lengths = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    wl = Workload(input=LengthDist(kind="uniform", mean=300, range_ratio=0.5), output=LengthDist(kind="empirical", mean=sum(lengths) / len(lengths), values=lengths))
+    for engine in ("vllm", "sglang"):
+        p = Predictor(arch, gpu, wl, engine=engine)
+        pred = p.max_throughput(p.config(1), num_prompts=1000)
+        assert pred.tpot_ms.mean > 1.2 * pred.itl_ms.mean
+        assert pred.tpot_ms.p50 <= pred.tpot_ms.p90 <= pred.tpot_ms.p99
+        # E2E = TTFT + the time from first to last token, however TPOT is averaged.
+        assert pred.e2e_s.mean < (pred.ttft_ms.mean + pred.tpot_ms.mean * (sum(lengths) / len(lengths) - 1)) / 1e3
+    # Without chunked prefill (SGLang) the decodes stall through the whole storm of prompts.
+    sgl, vll = (Predictor(arch, gpu, wl, engine=e) for e in ("sglang", "vllm"))
+    a, b = (x.max_throughput(x.config(1), num_prompts=1000) for x in (sgl, vll))
+    assert a.tpot_ms.mean / a.itl_ms.mean > b.tpot_ms.mean / b.itl_ms.mean

@@ -45,11 +45,14 @@ def finish(
     gaps: list[tuple[float, float]] | None = None,
     resumed: float = 0.0,
     first_wave: tuple[float, float] = (0.0, 0.0),
+    tpots: tuple[list[tuple[float, float]], float] | None = None,
 ) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
     seconds their prompts take to prefill back to back); those wait for the prompts before
-    theirs, half of it on average, and make the TTFT's upper tail."""
+    theirs, half of it on average, and make the TTFT's upper tail. ``tpots``: a burst's TPOT
+    per request class, (seconds, share of requests), and the mean seconds from first to last
+    token (:func:`core.estimate.waves.burst`)."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.request_overhead_s
     chunked = shape.chunked
@@ -75,6 +78,16 @@ def finish(
         gap_q = {k: v + resumed / dec for k, v in gap_q.items()}
     tpot_mean = gap_mean if gaps else st.tpot + tok + resumed / max(dec, 1.0)
     e2e_mean = ttft_mean + dec * tpot_mean
+    tpot_burst_q: dict[str, float] = {}
+    if tpots and tpots[0]:
+        # TPOT is averaged over requests, not tokens: a burst's short requests weigh as much
+        # as its long ones though they met only its slowest steps.
+        classes, decode_s = tpots
+        share = sum(w for _, w in classes) or 1.0
+        extra = tok + resumed / max(dec, 1.0)
+        tpot_mean = sum(t * w for t, w in classes) / share + extra
+        tpot_burst_q = {k: v + extra for k, v in weighted_quantiles(sorted(classes), share).items()}
+        e2e_mean = ttft_mean + decode_s + dec * tok + resumed
 
     # Percentiles (approximate; see the module docstring).
     collide_m = min(x * st.prefill, 50.0)  # other prefills arriving while ours runs
@@ -116,7 +129,9 @@ def finish(
         if f1 > 0 and q > 1.0 - f1:  # the slowest requests are the first wave's last prompts
             t += storm * (q - (1.0 - f1)) / f1
         ttft_q[name] = t
-        if gaps:
+        if tpot_burst_q:
+            tp = tpot_burst_q[name]
+        elif gaps:
             tp = gap_q[name]  # a burst: requests decode at whatever batch they met
         elif dec > 0:
             # Mixed steps among one request's decode steps: binomial(O−1, frac_mixed).

@@ -354,13 +354,15 @@ class Predictor:
         budget, seqs, _ = self._knobs(cfg)
         st = steady_state(self.shape, cm, run, budget, self.cached_tokens(cfg))
         x = st.throughput
-        gaps = None
+        gaps = tpots = None
         if self.workload.output.kind != "fixed" and per_rep > 1:
-            x, gaps = burst(self.shape, cm, st, per_rep, run, budget)
+            x, gaps, tpots = burst(self.shape, cm, st, per_rep, run, budget)
         # The i-th request of the burst starts once i − N have finished: mean wait (n − N)/2X.
         # Before that, all N admitted prompts prefill back to back in full-budget steps (the
         # j-th one's first token leaves after ceil(j·I/budget) of them): the first N wait half
         # that storm on average, the queued rest all of it.
         storm = prefill_storm(self.shape, cm, run, budget, self.cached_tokens(cfg))
         wait = storm * (1.0 - run / (2.0 * per_rep)) + max(0.0, per_rep - run) / 2.0 / x
-        return finish(self.shape, cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, cap, gaps)
+        return finish(
+            self.shape, cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, cap, gaps, tpots=tpots
+        )

@@ -152,11 +152,21 @@ def wave(
     )
 
 
-def burst(shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int) -> tuple[float, list[tuple[float, float]]]:
+def burst(
+    shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int
+) -> tuple[float, list[tuple[float, float]], tuple[list[tuple[float, float]], float]]:
     """Request rate of a finite burst whose output lengths vary: the queue drains at the
     capped steady state, then the last ``run`` requests finish one by one and the batch
     thins out — the long ones decode almost alone (the "drain"), which is what a burst
-    of ShareGPT-like requests spends much of its time on."""
+    of ShareGPT-like requests spends much of its time on.
+
+    Also returns the inter-token gaps (token-weighted) and each request class's TPOT
+    (request-weighted, as benchmark clients average it: ``(e2e − ttft) / (output − 1)`` per
+    request, then the mean over requests) with the mean seconds from first to last token. The two differ in a burst: a short request
+    decodes only at the full batch's slow steps, a long one mostly in the fast drain, and
+    the time a first-wave request waits after its first token while the other prompts
+    prefill (the whole rest of the storm where prompts stall decodes, as SGLang's prefill
+    batches do) is divided by a short request's few tokens."""
     I = shape.input_len
     Ic = I - st.cached
     # 48 quantiles; the last one is the longest of n draws (about the 1 − 1/2n quantile).
@@ -175,15 +185,56 @@ def burst(shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: 
         total += steps * cm.step_seconds(per, per * (I + st.cached) / 2.0, per * I / Ic, 0.0, 0.0, run / steps)
     prev = 0.0
     m = len(lengths)
+    decoded = 0.0  # seconds of the drain so far: class j's decode lasts decoded after its segment
+    drain_s: list[float] = []
     for j, length in enumerate(lengths):
         b = run * (m - j) / m  # sequences still decoding
         dt = max(length - prev, 0.0)
         if dt > 0:
             t = cm.step_seconds(0.0, 0.0, 0.0, b, b * (I + (prev + length) / 2.0), 0.0)
             total += dt * t
+            decoded += dt * t
             gaps.append((t, dt * b))
+        drain_s.append(decoded)
         prev = length
-    return (n / total if total > 0 else st.throughput), gaps
+    tpots = _request_tpots(shape, cm, st, n, run, budget, lengths, drain_s)
+    return (n / total if total > 0 else st.throughput), gaps, tpots
+
+
+def _request_tpots(
+    shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int, lengths: list[float], drain_s: list[float]
+) -> tuple[list[tuple[float, float]], float]:
+    """(TPOT, share of requests) per class of a burst (:func:`burst`), and the mean seconds
+    from a request's first token to its last. The requests admitted
+    while others queue decode at the steady state's TPOT; the last ``run`` decode through
+    the drain, class j for ``drain_s[j]``. The first ``run`` requests' prompts prefill back
+    to back (the storm): one whose first token leaves at share q of it then waits (1 − q)
+    of the storm, half on average. With chunked prefill it decodes meanwhile, one token per
+    storm step, so only each step's extra over a decode step delays it."""
+    I = shape.input_len
+    storm = prefill_storm(shape, cm, run, budget, st.cached)
+    stall = 0.0
+    if storm > 0:
+        stall = storm / 2.0
+        if shape.chunked:
+            steps = math.ceil(run * max(I - st.cached, 1.0) / budget - 1e-9)
+            full = cm.step_seconds(0.0, 0.0, 0.0, run, run * I, 0.0)
+            stall = max(0.0, stall - steps / 2.0 * full)
+    first = min(1.0, run / n)  # the share of requests in the storm
+    drained = min(1.0, run / n)  # the share that decodes through the drain
+    out: list[tuple[float, float]] = []
+    m = len(lengths)
+    decode_s = 0.0
+    for length, d in zip(lengths, drain_s):
+        dec = max(length - 1.0, 0.0)
+        decode_s += (first * stall + drained * d + (1.0 - drained) * st.tpot * dec) / m
+        if dec < 1.0:  # one-token outputs have no TPOT (benchmark clients leave them out)
+            continue
+        wait = first * stall / dec
+        out.append((d / dec + wait, drained / m))
+        if drained < 1.0:
+            out.append((st.tpot + wait, (1.0 - drained) / m))
+    return out, decode_s
 
 
 def prefill_storm(shape: Shape, cm: CostModel, prompts: float, budget: int, cached: float) -> float:
