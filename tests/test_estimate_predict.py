@@ -321,7 +321,10 @@ def test_a_burst_averages_tpot_over_requests_not_tokens():
     gap (mean ITL) misses both; E2E stays the time requests actually take."""
     arch, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("H100-SXM")
     lengths = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
-    wl = Workload(input=LengthDist(kind="uniform", mean=300, range_ratio=0.5), output=LengthDist(kind="empirical", mean=sum(lengths) / len(lengths), values=lengths))
+    wl = Workload(
+        input=LengthDist(kind="uniform", mean=300, range_ratio=0.5),
+        output=LengthDist(kind="empirical", mean=sum(lengths) / len(lengths), values=lengths),
+    )
     for engine in ("vllm", "sglang"):
         p = Predictor(arch, gpu, wl, engine=engine)
         pred = p.max_throughput(p.config(1), num_prompts=1000)
