@@ -111,6 +111,7 @@ PRIOR_SIGMA_BY_NAME = {
     "interconnect.pcie-host.link_eff": 1.0,
     "interconnect.pcie-host.allreduce_us": 1.0,
     "engine.vllm.stream_token_us": 1.0,
+    "engine.sglang.stream_token_us": 1.0,
     "interconnect.nvlink.allreduce_us": 1.0,
     "engine.sglang.request_ms": 1.0,
 }
@@ -126,6 +127,7 @@ PRIOR_OVERRIDES = {
     "interconnect.pcie-host.allreduce_us": 60.0,
     "interconnect.nvlink.allreduce_us": 5.0,
     "engine.sglang.request_ms": 10.0,
+    "engine.sglang.stream_token_us": 80.0,
 }
 # Priors measured on a GPU (bench/kernel_priors.py: Hopper's five efficiencies from
 # bench/gpu_kernels.py on an H100 and an H200) replace the hand-set ones, so leave-one-source-out

@@ -179,14 +179,16 @@ def test_instances_without_peer_to_peer_all_reduce_through_the_host():
     assert CostModel(arch, g6, 1).step_time(batch) == CostModel(arch, box, 1).step_time(batch)
 
 
-def test_api_server_streaming_paces_a_large_batch_only():
-    """Each running sequence's token goes out through one API server process: a step of many
-    short decodes is paced by that (and the bottleneck says so), a small batch is not."""
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_api_server_streaming_paces_a_large_batch_only(engine):
+    """Each running sequence's token goes out through one API server process (vLLM's API
+    server; SGLang's tokenizer manager): a step of many short decodes is paced by that (and
+    the bottleneck says so), a small batch is not."""
     from core.estimate.costmodel import calibrated
 
     arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("H100-SXM")
-    with calibrated({"engine.vllm.stream_token_us": 100.0}):
-        cm = CostModel(arch, gpu)
+    with calibrated({f"engine.{engine}.stream_token_us": 100.0}):
+        cm = CostModel(arch, gpu, engine=engine)
     small, large = Batch.decode(8, 300.0), Batch.decode(1000, 300.0)
     assert cm.breakdown(small).streaming == 0.0
     big = cm.breakdown(large)

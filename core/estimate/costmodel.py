@@ -395,5 +395,6 @@ class CostModel:
             communication=communication,
             overhead=overhead,
             total=total,
-            streaming=max(0.0, total - engine),
+            # Only a step the streaming paces has any (the two sums differ by rounding).
+            streaming=max(0.0, total - engine) if seqs * self._stream_s > engine else 0.0,
         )
