@@ -35,7 +35,7 @@ def write_bands(results: list[dict], out: str, paths: list[str], key: str = "kne
         "what": "10th/90th percentile of measured/predicted per metric (bench/bands.py)",
         "predictions": "leave-one-source-out"
         if key == "knee_loso"
-        else "shipped estimator; of its parameters only the NVLink and host-staged all-reduce and SGLang request_ms were set on these rows",
+        else "shipped estimator; of its parameters only the NVLink and host-staged all-reduce and SGLang request_ms and stream_token_us were set on these rows",
         "files": [Path(p).name for p in paths],
         "date": datetime.date.today().isoformat(),
         "bands": bands,
