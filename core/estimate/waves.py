@@ -162,11 +162,12 @@ def burst(
 
     Also returns the inter-token gaps (token-weighted) and each request class's TPOT
     (request-weighted, as benchmark clients average it: ``(e2e − ttft) / (output − 1)`` per
-    request, then the mean over requests) with the mean seconds from first to last token. The two differ in a burst: a short request
-    decodes only at the full batch's slow steps, a long one mostly in the fast drain, and
-    the time a first-wave request waits after its first token while the other prompts
-    prefill (the whole rest of the storm where prompts stall decodes, as SGLang's prefill
-    batches do) is divided by a short request's few tokens."""
+    request, then the mean over requests) with the mean seconds from first to last token.
+    The two averages differ in a burst: a short request decodes only at the full batch's
+    slow steps, a long one mostly in the fast drain, and the time a first-wave request
+    waits after its first token while the other prompts prefill (the whole rest of the
+    storm where prompts stall decodes, as SGLang's prefill batches do) is divided by a
+    short request's few tokens."""
     I = shape.input_len
     Ic = I - st.cached
     # 48 quantiles; the last one is the longest of n draws (about the 1 − 1/2n quantile).
@@ -205,12 +206,12 @@ def _request_tpots(
     shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int, lengths: list[float], drain_s: list[float]
 ) -> tuple[list[tuple[float, float]], float]:
     """(TPOT, share of requests) per class of a burst (:func:`burst`), and the mean seconds
-    from a request's first token to its last. The requests admitted
-    while others queue decode at the steady state's TPOT; the last ``run`` decode through
-    the drain, class j for ``drain_s[j]``. The first ``run`` requests' prompts prefill back
-    to back (the storm): one whose first token leaves at share q of it then waits (1 − q)
-    of the storm, half on average. With chunked prefill it decodes meanwhile, one token per
-    storm step, so only each step's extra over a decode step delays it."""
+    from a request's first token to its last. The requests admitted while others queue
+    decode at the steady state's TPOT; the last ``run`` decode through the drain, class j
+    for ``drain_s[j]``. The first ``run`` requests' prompts prefill back to back (the
+    storm): one whose first token leaves at share q of it then waits (1 − q) of the storm,
+    half on average. With chunked prefill it decodes meanwhile, one token per storm step,
+    so only each step's extra over a decode step delays it."""
     I = shape.input_len
     storm = prefill_storm(shape, cm, run, budget, st.cached)
     stall = 0.0
@@ -220,8 +221,9 @@ def _request_tpots(
             steps = math.ceil(run * max(I - st.cached, 1.0) / budget - 1e-9)
             full = cm.step_seconds(0.0, 0.0, 0.0, run, run * I, 0.0)
             stall = max(0.0, stall - steps / 2.0 * full)
-    first = min(1.0, run / n)  # the share of requests in the storm
-    drained = min(1.0, run / n)  # the share that decodes through the drain
+    # The first ``run`` requests prefill in the storm and the last ``run`` decode through the
+    # drain: the same share of the burst (one set when nothing queues).
+    first = drained = min(1.0, run / n)
     out: list[tuple[float, float]] = []
     m = len(lengths)
     decode_s = 0.0
