@@ -13,6 +13,7 @@ from aiohttp import web
 
 from core.catalog import load_model, resolve_hardware
 from core.errors import BadInput
+from core.simulate.http_api import WORDS
 from core.simulate.server import LiveSim, _extra_args, build_app, chat_text, main, prompt_tokens
 from core.spec.serving import ServerConfig
 
@@ -237,3 +238,26 @@ async def test_knees_own_load_client_measures_the_simulated_server(server):
     assert all(r.output_tokens == 48 and len(r.chunk_times) == 48 for r in res.records)
     assert s["mean_ttft_ms"] > 0 and s["mean_tpot_ms"] > 0
     assert sim.counters["success"] == 24
+
+
+async def test_stream_interval_sends_tokens_in_messages_of_that_many():
+    """``--stream-interval 4`` (vLLM's and SGLang's flag): the first token at once, then four
+    tokens a message, the rest with the last; the usage still counts every token."""
+    arch = load_model(MODEL)
+    hw = resolve_hardware(instance="ml.g6.12xlarge")
+    cfg = ServerConfig(model=MODEL, tp=4, max_model_len=4096, extra_args=_extra_args(["--stream-interval", "4"]))
+    sim = LiveSim(arch, hw, cfg, scale=20.0)
+    runner = web.AppRunner(build_app(sim, MODEL), access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        body = {"model": MODEL, "prompt": "x" * 400, "max_tokens": 10, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
+        async with aiohttp.ClientSession() as session, session.post(f"http://127.0.0.1:{port}/v1/completions", json=body) as resp:
+            msgs, _ = await read_sse(resp)
+    finally:
+        await runner.cleanup()
+    texts = [m["choices"][0]["text"] for m in msgs if m["choices"]]
+    pieces = [WORDS[i % len(WORDS)] for i in range(10)]
+    assert texts == ["".join(pieces[a:b]) for a, b in ((0, 1), (1, 5), (5, 9), (9, 10))]
+    assert msgs[-1]["usage"]["completion_tokens"] == 10

@@ -221,6 +221,7 @@ class CostModel:
         kv_dtype: str = "auto",
         engine: str = "vllm",
         engine_version: str | None = None,
+        stream_interval: int = 1,
     ):
         if tp < 1:
             raise BadInput(f"tensor parallelism must be at least 1, got {tp}")
@@ -318,7 +319,8 @@ class CostModel:
         # The API server streams each running sequence's token of every step (detokenize,
         # one SSE event) from one process, overlapped with the GPU: a step cannot deliver its
         # tokens faster than seqs x this, whatever the GPU does.
-        self._stream_s = prof.get("stream_token_us", 0.0) * 1e-6
+        # The work is per message: --stream-interval N sends N tokens in one.
+        self._stream_s = prof.get("stream_token_us", 0.0) * 1e-6 / max(1, stream_interval)
 
     # ---- the hot path: plain floats, no allocation (the simulator calls it per step) ----
     # (breakdown() restates its terms for explanations; keep the two in step.)

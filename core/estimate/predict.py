@@ -113,15 +113,16 @@ class Predictor:
             workload.input, workload.output, self._prepend, self.input_len, self.output_len, bool(self.profile.get("chunked_prefill", 1))
         )
         self.max_model_len = max_model_len or workload_max_model_len(arch, workload)
-        self._cms: dict[tuple[int, str], CostModel] = {}  # by (TP, KV dtype)
+        self._cms: dict[tuple[int, str, int], CostModel] = {}  # by (TP, KV dtype, stream interval)
         self._mems: dict[tuple, MemoryPlan] = {}
 
     # ---- building blocks -------------------------------------------------------------
-    def cost_model(self, tp: int, kv_dtype: str | None = None) -> CostModel:
+    def cost_model(self, tp: int, kv_dtype: str | None = None, stream_interval: int = 1) -> CostModel:
         kv = kv_dtype or self.kv_dtype
-        cm = self._cms.get((tp, kv))
+        key = (tp, kv, stream_interval)
+        cm = self._cms.get(key)
         if cm is None:
-            cm = self._cms[(tp, kv)] = CostModel(self.arch, self.gpu, tp, kv, self.engine, self.engine_version)
+            cm = self._cms[key] = CostModel(self.arch, self.gpu, tp, kv, self.engine, self.engine_version, stream_interval)
         return cm
 
     def config(self, tp: int = 1, dp: int = 1, **knobs) -> ServerConfig:
@@ -232,7 +233,7 @@ class Predictor:
         mem = self.memory(cfg)
         if not mem.fits:
             raise BadInput(f"TP{cfg.tp} does not fit: {mem.reason}")
-        cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype)
+        cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype, cfg.stream_interval)
         budget, seqs, _ = self._knobs(cfg)
         cap, cap_reason = self.running_cap(cfg)
         cached = self.cached_tokens(cfg)
@@ -350,7 +351,7 @@ class Predictor:
         n = num_prompts or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
         per_rep = n / cfg.dp
         run = min(per_rep, cap)
-        cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype)
+        cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype, cfg.stream_interval)
         budget, seqs, _ = self._knobs(cfg)
         st = steady_state(self.shape, cm, run, budget, self.cached_tokens(cfg))
         x = st.throughput

@@ -21,7 +21,7 @@ from core.spec.serving import ServerConfig
 # Server args the simulation honours beyond the ServerConfig knobs (tp, dp, batched tokens,
 # max seqs, max model len, memory utilization, quantization, KV dtype, prefix caching):
 # :func:`scheduler_generation` reads these from ``extra_args``.
-MODELLED_EXTRA_ARGS = frozenset({"enable_chunked_prefill", "num_scheduler_steps"})
+MODELLED_EXTRA_ARGS = frozenset({"enable_chunked_prefill", "num_scheduler_steps", "stream_interval"})
 # Server args that do not change what a load point measures (logging, names, trust, paths),
 # so the simulator ignoring them needs no warning.
 NO_SPEED_EFFECT_ARGS = frozenset(

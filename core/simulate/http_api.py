@@ -208,11 +208,13 @@ def build_app(sim: LiveSim, model_name: str, api_key: str | None = None) -> web.
             while True:
                 kind, val = await stream_obj.queue.get()
                 if kind == "tokens":
-                    # One SSE message per token, as vLLM streams.
-                    for _ in range(val):
-                        last = out + 1 == max_tokens
-                        piece = WORDS[out % len(WORDS)]
-                        out += 1
+                    # One SSE message per token, as vLLM streams; with --stream-interval, one
+                    # message per batch of tokens the engine sends together.
+                    per = val if sim.stream_interval > 1 else 1
+                    for _ in range(val // per):
+                        last = out + per == max_tokens
+                        piece = words(out, per)
+                        out += per
                         if chat:
                             choice = {"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": "length" if last else None}
                         else:

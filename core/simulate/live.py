@@ -63,7 +63,8 @@ class LiveSim:
         arch = apply_quantization(arch, config)
         config = with_engine_defaults(config, engine, engine_version, hardware.gpu)
         self.memory = check_config(arch, hardware, config)
-        self.cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
+        self.cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version, config.stream_interval)
+        self.stream_interval = config.stream_interval
         self.config = config
         self.engine_version = engine_version  # the release played, which GET /version reports
         self.scale = scale
@@ -175,11 +176,12 @@ class LiveSim:
             delay = self.wall(rep.t) - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            # Stream what this step produced.
+            # Stream what this step produced: the first token at once, then every
+            # stream_interval tokens, and what is left when the request ends.
             for rid, s in list(active.items()):
                 st = R.state[rid]
                 made = R.gen[rid] + (rep.dstep - R.s0[rid] if st == DECODE else 0)
-                if made > s.sent:
+                if made > s.sent and (s.sent == 0 or made - s.sent >= self.stream_interval or st == DONE):
                     s.queue.put_nowait(("tokens", made - s.sent))
                     self.counters["generation_tokens"] += made - s.sent
                     s.sent = made

@@ -52,7 +52,16 @@ def _ones(n: int) -> np.ndarray:
     return a
 
 
-def build_result(sim: SimClient, reqs: Requests, origin: float, busy0: float, mem: MemoryPlan, series) -> SimResult:
+def _chunks(times: np.ndarray, every: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token times grouped as a server with ``--stream-interval every`` sends them: the first
+    token alone, then ``every`` tokens a message, the rest with the last token."""
+    m = times.shape[0]
+    idx = np.unique(np.concatenate(([0], np.arange(every, m, every), [m - 1])))
+    counts = np.diff(np.concatenate(([-1], idx)))
+    return times[idx], counts
+
+
+def build_result(sim: SimClient, reqs: Requests, origin: float, busy0: float, mem: MemoryPlan, series, stream_interval: int = 1) -> SimResult:
     tok_s = sim.tok_s
     ends = [np.asarray(r.dends) for r in sim.replicas]
     records: list[RequestRecord] = []
@@ -88,6 +97,8 @@ def build_result(sim: SimClient, reqs: Requests, origin: float, busy0: float, me
             times = times - origin
             end = float(times[-1])
             out, chunk_times, chunk_tokens, rec_end, error = m, times, _ones(m), end, None
+            if stream_interval > 1:
+                chunk_times, chunk_tokens = _chunks(times, stream_interval)
         else:
             end = sim.client_end[rid] - origin if not math.isnan(sim.client_end[rid]) else send
             out, chunk_times, chunk_tokens = 0, [], []

@@ -159,7 +159,7 @@ def simulate_detailed(
             raise BadInput(f"kv_tokens must hold one block ({BLOCK} tokens) at least, got {kv_tokens}")
         mem = dataclasses.replace(mem, kv_tokens=int(kv_tokens) // BLOCK * BLOCK)
     if cost is None:
-        cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version)
+        cost = CostModel(arch, hardware.gpu, config.tp, config.kv_cache_dtype, engine, engine_version, config.stream_interval)
 
     # The dataset, drawn exactly as the load generator's make_prompts draws it (same seed,
     # same order), so a simulated load point asks for the same lengths as the real one.
@@ -281,4 +281,4 @@ def simulate_detailed(
     series: dict[str, list] = {"t": [], "running": [], "waiting": [], "kv_usage": []}
     sim.run(sample_interval_s, series)
 
-    return build_result(sim, reqs, state.origin, state.busy0, mem, series), sim.replicas, reqs
+    return build_result(sim, reqs, state.origin, state.busy0, mem, series, config.stream_interval), sim.replicas, reqs

@@ -38,6 +38,24 @@ class ServerConfig(BaseModel):
     def seqs(self) -> int:
         return self.max_num_seqs or 256
 
+    @property
+    def stream_interval(self) -> int:
+        """Tokens per streamed message (vLLM's and SGLang's ``--stream-interval``, default 1):
+        the API server sends a running request's tokens every this many steps (the first at
+        once, the last at the end), so its streaming work per token falls by this much. The
+        gap between messages grows by it (``chunk_itl``); ITL, spread over the tokens a
+        message carries (core/load/metrics.py), and TPOT do not."""
+        raw = self.extra_args.get("stream_interval", self.extra_args.get("stream-interval", 1))
+        try:
+            n = int(raw)
+        except (TypeError, ValueError):
+            n = 0
+        if n < 1 or str(raw).strip() not in (str(n), f"{n}.0"):
+            from core.errors import BadInput
+
+            raise BadInput(f"stream_interval must be a whole number of tokens, at least 1, got {raw!r}", "1 streams every token")
+        return n
+
     def key(self) -> str:
         """A stable identity: two configs with the same key run on the same server."""
         import json
