@@ -215,3 +215,20 @@ def test_latent_attention_models_on_vllm_carry_the_known_gap():
     llama = estimate(model="meta-llama/Llama-3.1-8B", gpu="H200", num_gpus=1, concurrency=[8], engine="vllm")
     assert any("latent-attention" in n for n in vllm.notes)
     assert not any("latent-attention" in n for n in sglang.notes + llama.notes)
+
+
+def test_stream_interval_where_streaming_paces_the_knee():
+    """A small model on SGLang at high load is paced by the tokenizer manager's per-token
+    streaming: the suggestion measures --stream-interval, and estimating with it moves the
+    knee (fewer messages, more tokens a second); 0 is one line of bad input."""
+    base = ["estimate", "--model", "Qwen/Qwen3-0.6B", "--gpu", "H200", "--engine", "sglang", "--input-len", "100", "--output-len", "300", "--json"]
+    one = json.loads(knee(*base).stdout)
+    best = one["configs"][0]
+    assert best["at_knee"]["decode_bottleneck"] == "API server (token streaming)"
+    assert "stream_interval=[1,4,8]" in one["suggestion"]["server_args"]
+    assert any("stream_interval" in w for w in one["suggestion"]["why"])
+    eight = json.loads(knee(*base, "--stream-interval", "8").stdout)
+    assert eight["configs"][0]["at_knee"]["output_tok_per_s"] > 2 * best["at_knee"]["output_tok_per_s"]
+    assert "stream_interval" not in eight["suggestion"]["server_args"]  # the user chose one
+    r = knee(*base[:-1], "--stream-interval", "0")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["knee: error: --stream-interval must be at least 1, got 0 (tokens per streamed message; 1 streams every token)"]

@@ -47,6 +47,7 @@ from core.spec.engine_defaults import release
 from core.spec.hardware import GPU
 from core.spec.model import ModelArch, kv_element_bytes
 
+STREAMING = "API server (token streaming)"  # the bottleneck of a step its streaming paces
 ACTIVATION_BYTES = 2  # bf16/fp16 activations cross the all-reduce
 
 
@@ -185,7 +186,7 @@ class StepBreakdown:
     @property
     def bottleneck(self) -> str:
         if self.streaming > 0:
-            return "API server (token streaming)"
+            return STREAMING
         # Compute and memory sides of one part overlap, so each part counts its larger side.
         linear = (
             ("compute (matmuls)", self.linear_compute)

@@ -99,6 +99,7 @@ def render(
     constraints: str,
     why: list[str],
     dataset: str = "random",
+    stream_intervals: list[int] | None = None,
 ) -> Suggestion:
     pairs = ",".join(f"({t},{d})" for t, d in tp_dp)
     server = (
@@ -106,6 +107,8 @@ def render(
         f"max_num_batched_tokens=[{','.join(map(str, budgets))}];"
         f"max_num_seqs=[{','.join(map(str, seqs))}]"
     )
+    if stream_intervals:
+        server += f";stream_interval=[{','.join(map(str, stream_intervals))}]"
     num_prompts = max(1000, 2 * max(concurrency))
     conc = ",".join(map(str, concurrency))
     if dataset == "sharegpt":

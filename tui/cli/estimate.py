@@ -43,6 +43,11 @@ def register(sub) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, help="vLLM token budget per step (default: the engine's)")
     p.add_argument("--max-num-seqs", type=int, help="vLLM running-sequence cap (default: the engine's)")
     p.add_argument("--max-model-len", type=int, help="context limit (default: the workload's, rounded up)")
+    p.add_argument(
+        "--stream-interval",
+        type=int,
+        help="tokens per streamed message (vLLM's and SGLang's --stream-interval, default 1): less API-server work at high concurrency",
+    )
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="default 0.9")
     p.add_argument("--engine", help="vllm (default), sglang, tensorrt-llm")
     p.add_argument(
@@ -92,6 +97,7 @@ def run(args) -> int:
         max_model_len=args.max_model_len,
         engine=args.engine,
         engine_version=args.engine_version,
+        stream_interval=args.stream_interval,
     )
     if args.json:
         print_json(report.as_dict())
