@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.errors import BadInput
+
 
 class ServerConfig(BaseModel):
     """The knobs knee tunes. Anything else the engine accepts rides in ``extra_args``
@@ -51,8 +53,6 @@ class ServerConfig(BaseModel):
         except (TypeError, ValueError):
             n = 0
         if n < 1 or str(raw).strip() not in (str(n), f"{n}.0"):
-            from core.errors import BadInput
-
             raise BadInput(f"stream_interval must be a whole number of tokens, at least 1, got {raw!r}", "1 streams every token")
         return n
 
