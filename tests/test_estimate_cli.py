@@ -231,4 +231,6 @@ def test_stream_interval_where_streaming_paces_the_knee():
     assert eight["configs"][0]["at_knee"]["output_tok_per_s"] > 2 * best["at_knee"]["output_tok_per_s"]
     assert "stream_interval" not in eight["suggestion"]["server_args"]  # the user chose one
     r = knee(*base[:-1], "--stream-interval", "0")
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["knee: error: --stream-interval must be at least 1, got 0 (tokens per streamed message; 1 streams every token)"]
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "knee: error: --stream-interval must be at least 1, got 0 (tokens per streamed message; 1 streams every token)"
+    ]
