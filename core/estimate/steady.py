@@ -181,6 +181,6 @@ def multi_step(cfg: ServerConfig) -> int:
     """vLLM 0.6's multi-step scheduling (``--num-scheduler-steps``): the engine runs that many
     decode steps per scheduling round, so a new request waits for the round in flight."""
     try:
-        return max(1, int(cfg.extra_args.get("num_scheduler_steps", cfg.extra_args.get("num-scheduler-steps", 1))))
+        return max(1, int(cfg.engine_arg("num_scheduler_steps", 1)))
     except (TypeError, ValueError):
         return 1

@@ -100,12 +100,6 @@ def check_config(arch: ModelArch, hardware: Hardware, config: ServerConfig) -> M
     return mem
 
 
-def _arg(config: ServerConfig, name: str):
-    """An engine argument from ``extra_args`` in either spelling."""
-    ea = config.extra_args
-    return ea.get(name, ea.get(name.replace("_", "-")))
-
-
 def _truthy(v) -> bool:
     return v is not None and str(v).strip().lower() not in ("0", "false", "no", "off")
 
@@ -126,11 +120,11 @@ def scheduler_generation(config: ServerConfig, engine: str, engine_version: str 
             v0 = (major, minor) < (0, 8)
         except ValueError:
             v0 = False
-    if v0 and _truthy(_arg(config, "enable_chunked_prefill")):
+    if v0 and _truthy(config.engine_arg("enable_chunked_prefill")):
         v0 = False
     steps = 1
     if v0:
-        raw = _arg(config, "num_scheduler_steps")
+        raw = config.engine_arg("num_scheduler_steps")
         if raw is not None:
             try:
                 steps = max(1, int(raw))

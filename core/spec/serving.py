@@ -40,6 +40,10 @@ class ServerConfig(BaseModel):
     def seqs(self) -> int:
         return self.max_num_seqs or 256
 
+    def engine_arg(self, name: str, default: Any = None) -> Any:
+        """An engine argument from ``extra_args``, given in either spelling (snake_case name)."""
+        return self.extra_args.get(name, self.extra_args.get(name.replace("_", "-"), default))
+
     @property
     def stream_interval(self) -> int:
         """Tokens per streamed message (vLLM's and SGLang's ``--stream-interval``, default 1):
@@ -47,7 +51,7 @@ class ServerConfig(BaseModel):
         once, the last at the end), so its streaming work per token falls by this much. The
         gap between messages grows by it (``chunk_itl``); ITL, spread over the tokens a
         message carries (core/load/metrics.py), and TPOT do not."""
-        raw = self.extra_args.get("stream_interval", self.extra_args.get("stream-interval", 1))
+        raw = self.engine_arg("stream_interval", 1)
         try:
             n = int(raw)
         except (TypeError, ValueError):
