@@ -218,7 +218,7 @@ def _request_tpots(
     if storm > 0:
         stall = storm / 2.0
         if shape.chunked:
-            steps = math.ceil(run * max(I - st.cached, 1.0) / budget - 1e-9)
+            steps = storm_steps(shape, run, budget, st.cached)[0]
             full = cm.step_seconds(0.0, 0.0, 0.0, run, run * I, 0.0)
             stall = max(0.0, stall - steps / 2.0 * full)
     # The first ``run`` requests prefill in the storm and the last ``run`` decode through the
@@ -243,12 +243,17 @@ def prefill_storm(shape: Shape, cm: CostModel, prompts: float, budget: int, cach
     """Seconds to prefill ``prompts`` prompts that arrived together, in steps of ``budget``
     tokens (without chunked prefill: as many whole prompts as fit a step); 0 when they fit
     one step, which the steady state's own prefill already covers."""
+    steps, per_step = storm_steps(shape, prompts, budget, cached)
+    if not steps:
+        return 0.0
     I = shape.input_len
-    Ic = max(I - cached, 1.0)
+    return steps * prefill_step_seconds(cm, per_step, I, cached, max(I - cached, 1.0))
+
+
+def storm_steps(shape: Shape, prompts: float, budget: int, cached: float) -> tuple[int, float]:
+    """(prefill steps of :func:`prefill_storm`, prompt tokens each takes); 0 steps when the
+    prompts fit one."""
+    Ic = max(shape.input_len - cached, 1.0)
     tokens = prompts * Ic
     per_step = prefill_tokens_per_step(shape, Ic, budget)
-    if tokens <= per_step:
-        return 0.0
-    p = per_step
-    t_pf = prefill_step_seconds(cm, p, I, cached, Ic)
-    return math.ceil(tokens / p - 1e-9) * t_pf
+    return (0 if tokens <= per_step else math.ceil(tokens / per_step - 1e-9)), per_step
