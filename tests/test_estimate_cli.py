@@ -234,3 +234,38 @@ def test_stream_interval_where_streaming_paces_the_knee():
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "knee: error: --stream-interval must be at least 1, got 0 (tokens per streamed message; 1 streams every token)"
     ]
+
+
+def test_the_plans_server_args_set_the_estimate(tmp_path):
+    """What the Plan screen's server args fix, the estimate uses (TP degrees, one-valued knobs,
+    either engine's spelling); a swept knob stays at the engine's default and the notes say so;
+    a flag still wins over the plan."""
+    from core.spec.plan import Plan
+    from tui.data.estimate import build_estimate
+
+    fields = dict(model="Qwen/Qwen3-0.6B", instance=None, gpu="H200", num_gpus=2, engine="sglang", input_len=100, output_len=300)
+    plain = Plan(**fields)
+    plan = Plan(**fields, server_args="tp=[1];max_running_requests=64;stream_interval=8;max_num_batched_tokens=[2048,4096]")
+    view = build_estimate(plan)
+    assert [(ce.config.tp, ce.config.dp) for ce in view.report.configs] == [(1, 2)]
+    best = view.report.configs[0]
+    assert best.config.max_num_seqs == 64 and best.config.stream_interval == 8
+    assert view.notes[0] == "from the plan's server args: tp=[1], max_running_requests=64, stream_interval=8"
+    assert view.notes[1].startswith("max_num_batched_tokens swept in the plan's server args: estimated at the engine's default")
+    # One message per 8 tokens: the streaming that paced the default's knee no longer does.
+    default = build_estimate(plain).report.configs[0]
+    assert default.at_knee.decode_bottleneck == "API server (token streaming)"
+    assert best.at_knee.decode_bottleneck != "API server (token streaming)"
+
+    path = tmp_path / "plan.toml"
+    path.write_text(
+        '[plan]\nmodel = "Qwen/Qwen3-0.6B"\ninstance = ""\ngpu = "H200"\nnum_gpus = 2\nengine = "sglang"\n'
+        'input_len = 100\noutput_len = 300\nserver_args = "tp=[1];max_running_requests=64;stream_interval=8"\n'
+    )
+    d = json.loads(knee("estimate", "--plan", str(path), "--json").stdout)
+    assert d["configs"][0]["max_num_seqs"] == 64 and d["notes"][0].startswith("from the plan's server args")
+    d = json.loads(knee("estimate", "--plan", str(path), "--max-num-seqs", "128", "--json").stdout)
+    assert d["configs"][0]["max_num_seqs"] == 128
+    path.write_text(path.read_text().replace("stream_interval=8", "stream_interval=abc"))
+    r = knee("estimate", "--plan", str(path))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "stream_interval='abc' is not an integer" in r.stderr

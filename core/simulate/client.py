@@ -26,6 +26,11 @@ class SimClient:
         self.replicas = replicas
         self.api_s = cost.request_overhead_s
         self.tok_s = cost.output_token_overhead_s
+        # The fewest seconds between two sends (a fitted profile's client_send_s; 0 for the
+        # cost model): where the client shares the host's CPUs with the server it cannot send
+        # faster, and a slot waits for its turn before the request (and its clock) starts.
+        self.send_s = getattr(cost, "client_send_s", 0.0)
+        self._next_send = -math.inf
         self.max_len = max_len
         self.router = router
         self._rr = 0
@@ -82,6 +87,9 @@ class SimClient:
         heapq.heappush(self.events, (t, self._tie, kind, rid))
 
     def do_send(self, rid: int, t: float) -> None:
+        if self.send_s > 0:
+            t = max(t, self._next_send)
+            self._next_send = t + self.send_s
         self.send[rid] = t
         self.in_flight += 1
         self.push(t + self.api_s, 1, rid)

@@ -22,7 +22,10 @@ then a few rounds that simulate the points and correct the parameters by the mea
 line over the simulated one (intercept: the fixed step; slope: the per-sequence cost) and
 the TTFT residuals at the lowest concurrency (request overhead) and the highest (the cost
 per computed token: prefills arriving together share steps), so the profile reproduces the fitted points
-through the scheduler, not just through the formulas.
+through the scheduler, not just through the formulas. Where the points' measured request
+rates are given and the scheduler predicts more than was measured, the client could not keep
+its slots full (it shares a small host's CPUs with the server): the profile's
+``client_send_s`` caps its sends at the highest rate measured, and the rounds run again.
 """
 
 from __future__ import annotations
@@ -47,6 +50,13 @@ class StepProfile:
     token_s: float
     request_overhead_s: float = 0.0
     output_token_overhead_s: float = 0.0
+    # The fewest seconds between two requests the client sends (0: no limit). Where the
+    # client shares a small host's CPUs with the server (vLLM on a 2-core CPU box), it
+    # cannot keep its slots full: measured there, 8 slots held 2.5 requests in flight and
+    # the request rate stopped at 16/s from 4 slots on, while each request's own latency
+    # hardly grew. Fitted from the highest request rate measured, where the scheduler alone
+    # predicts more than was measured.
+    client_send_s: float = 0.0
     # Steps scheduled ahead (the cost model's steps_ahead): none; the fitted request
     # overhead takes in whatever the measured engine's scheduling adds to TTFT. A class
     # constant, not a field: a study stores its profiles' fields (asdict).
@@ -74,6 +84,7 @@ class StepProfile:
             "token_us": self.token_s * 1e6,
             "request_overhead_ms": self.request_overhead_s * 1e3,
             "output_token_overhead_us": self.output_token_overhead_s * 1e6,
+            "client_send_ms": self.client_send_s * 1e3,
         }
 
 
@@ -108,6 +119,7 @@ class MeasuredPoint:
     # The server configuration it was measured on, where points of one fit come from several
     # (a study's calibration: max_num_seqs and the token budget differ, the hardware does not).
     config: Any = None
+    req_per_s: float | None = None  # the measured request rate (None: not known)
 
 
 def _usable(p: MeasuredPoint) -> bool:
@@ -175,27 +187,52 @@ def fit_step_profile(
             kv_tokens=kv_tokens,
         ).summary
 
-    for _ in range(rounds):
+    def refine(prof: StepProfile) -> StepProfile:
+        for _ in range(rounds):
+            prof = _refine_round(prof, pts, conc, a, k, lo, hi, run)
+        return prof
+
+    prof = refine(prof)
+    # The client's ceiling: where the scheduler predicts a higher request rate than was
+    # measured (by more than noise), the client could not keep its slots full. The highest
+    # rate measured is the most it sends; the costs are refined again with that in place.
+    rates = [p.req_per_s for p in pts if p.req_per_s]
+    if rates:
         sims = [run(prof, p) for p in pts]
-        a_sim, k_sim = _line(conc, [r["mean_tpot_ms"] / 1e3 for r in sims])
-        # TTFT at the highest load against the token cost: a secant step (TTFT rises with it).
-        ttft_hi = sims[-1]["mean_ttft_ms"] / 1e3
-        probe = max(1e-6, 0.5 * prof.token_s)
-        gain = (run(replace(prof, token_s=prof.token_s + probe), hi)["mean_ttft_ms"] / 1e3 - ttft_hi) / probe
-        token_s = max(prof.token_s + (hi.ttft_s - ttft_hi) / gain, 0.0) if gain > 0 else prof.token_s
-        # Every decoding sequence computes one token per step, so the token cost is part of the
-        # measured TPOT slope and cannot exceed it: TTFT at high load that the slope does not
-        # explain is the API server's, not compute (seen on vLLM-CPU with 64-token prompts:
-        # an unbounded secant set 0.3 ms/token and doubled the predicted TPOT at c=4).
-        token_s = min(token_s, k)
-        prof = replace(
-            prof,
-            step_s=prof.step_s * (a / a_sim if a_sim > 0 and a > 0 else 1.0),
-            seq_s=prof.seq_s * (k / k_sim if k_sim > 0 else 1.0),
-            token_s=token_s,
-            request_overhead_s=max(prof.request_overhead_s + lo.ttft_s - sims[0]["mean_ttft_ms"] / 1e3, 0.0),
-        )
+        if any(p.req_per_s and p.req_per_s < 0.9 * r["request_throughput"] for p, r in zip(pts, sims)):
+            prof = refine(replace(prof, client_send_s=1.0 / max(rates)))
     return prof
+
+
+def _refine_round(prof: StepProfile, pts, conc, a: float, k: float, lo: MeasuredPoint, hi: MeasuredPoint, run) -> StepProfile:
+    """One round of :func:`fit_step_profile`'s refinement through the scheduler."""
+    sims = [run(prof, p) for p in pts]
+    a_sim, k_sim = _line(conc, [r["mean_tpot_ms"] / 1e3 for r in sims])
+    # TTFT at the highest load against the token cost: a secant step (TTFT rises with it).
+    ttft_hi = sims[-1]["mean_ttft_ms"] / 1e3
+    probe = max(1e-6, 0.5 * prof.token_s)
+    gain = (run(replace(prof, token_s=prof.token_s + probe), hi)["mean_ttft_ms"] / 1e3 - ttft_hi) / probe
+    token_s = max(prof.token_s + (hi.ttft_s - ttft_hi) / gain, 0.0) if gain > 0 else prof.token_s
+    # Every decoding sequence computes one token per step, so the token cost is part of the
+    # measured TPOT slope and cannot exceed it: TTFT at high load that the slope does not
+    # explain is the API server's, not compute (seen on vLLM-CPU with 64-token prompts:
+    # an unbounded secant set 0.3 ms/token and doubled the predicted TPOT at c=4).
+    token_s = min(token_s, k)
+    # Each round moves a cost by at most 4x: where the simulated line is nearly flat (a
+    # client that cannot keep its slots full holds the batch down), an unbounded ratio sent
+    # the per-sequence cost to 2e10 s on measured points, and a simulated run to 1e13 s.
+    prof = replace(
+        prof,
+        step_s=prof.step_s * (_bounded(a / a_sim) if a_sim > 0 and a > 0 else 1.0),
+        seq_s=prof.seq_s * (_bounded(k / k_sim) if k_sim > 0 else 1.0),
+        token_s=token_s,
+        request_overhead_s=max(prof.request_overhead_s + lo.ttft_s - sims[0]["mean_ttft_ms"] / 1e3, 0.0),
+    )
+    return prof
+
+
+def _bounded(ratio: float, limit: float = 4.0) -> float:
+    return min(limit, max(1.0 / limit, ratio))
 
 
 def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:

@@ -113,7 +113,18 @@ class StudyCalibration:
         group = [o for o in self.observations if o.tp == tp]
         if len({o.concurrency for o in group}) < 2:
             return False
-        points = [MeasuredPoint(o.concurrency, o.input_len, o.output_len, o.ttft_s, o.tpot_s, config=self.config_of(o.server_args)) for o in group]
+        points = [
+            MeasuredPoint(
+                o.concurrency,
+                o.input_len,
+                o.output_len,
+                o.ttft_s,
+                o.tpot_s,
+                config=self.config_of(o.server_args),
+                req_per_s=o.output_throughput / o.output_len,
+            )
+            for o in group
+        ]
         try:
             profile = fit_step_profile(points, self.arch, self.hardware, points[0].config, kv_tokens=self.kv_tokens, name=f"{self.name}-tp{tp}")
         except (BadInput, ValueError, ZeroDivisionError) as e:

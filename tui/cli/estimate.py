@@ -48,7 +48,7 @@ def register(sub) -> None:
         type=int,
         help="tokens per streamed message (vLLM's and SGLang's --stream-interval, default 1): less API-server work at high concurrency",
     )
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="default 0.9")
+    p.add_argument("--gpu-memory-utilization", type=float, help="default: the plan's server args, else 0.9")
     p.add_argument("--engine", help="vllm (default), sglang, tensorrt-llm")
     p.add_argument(
         "--engine-version",
@@ -66,11 +66,21 @@ def run(args) -> int:
         from tui.cli.estimate_calibrated import run_calibrated
 
         return run_calibrated(args)
+    from dataclasses import replace
+
     from core.errors import BadInput
     from core.estimate.report import estimate
     from core.spec.plan import Plan
+    from core.sweep.plan_estimate import estimate_args
 
     plan = Plan.load(args.plan) if args.plan else None
+    # The plan's server args fill what no flag sets (TP degrees, one-valued knobs).
+    fixed, arg_notes = estimate_args(plan.server_args) if plan else ({}, [])
+
+    def given(flag: str, key: str | None = None):
+        v = getattr(args, flag)
+        return v if v is not None else fixed.get(key or flag)
+
     if args.range_ratio is not None and not 0 <= args.range_ratio <= 1:
         raise BadInput(f"--range-ratio must be in [0, 1], got {args.range_ratio:g}")
     if args.num_gpus is not None and args.num_gpus < 1:
@@ -82,23 +92,25 @@ def run(args) -> int:
         num_gpus=args.num_gpus,
         instance=args.instance,
         gpu_p2p=False if args.no_gpu_p2p else None,
-        tp=int_list(args.tp, "--tp") if args.tp else None,
+        tp=int_list(args.tp, "--tp") if args.tp else fixed.get("tp"),
         precision=args.precision,
-        kv_cache_dtype=args.kv_cache_dtype,
+        kv_cache_dtype=given("kv_cache_dtype"),
         input_len=args.input_len,
         output_len=args.output_len,
         range_ratio=args.range_ratio,
         dataset=args.dataset,
         concurrency=int_list(args.concurrency, "--concurrency") if args.concurrency else None,
         constraints=args.constraints,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-        max_num_seqs=args.max_num_seqs,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        max_model_len=args.max_model_len,
+        max_num_batched_tokens=given("max_num_batched_tokens"),
+        max_num_seqs=given("max_num_seqs"),
+        gpu_memory_utilization=0.9 if given("gpu_memory_utilization") is None else given("gpu_memory_utilization"),
+        max_model_len=given("max_model_len"),
         engine=args.engine,
         engine_version=args.engine_version,
-        stream_interval=args.stream_interval,
+        stream_interval=given("stream_interval"),
     )
+    if arg_notes:
+        report = replace(report, notes=[*arg_notes, *report.notes])
     if args.json:
         print_json(report.as_dict())
     else:

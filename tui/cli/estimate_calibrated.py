@@ -52,8 +52,9 @@ def run_calibrated(args) -> int:
     print(f"{spec.model}: calibrated by study {args.calibrate_from!r} ({cal.as_dict()['points']} points, {cal.refits} refits), {isl} in / {osl} out")
     for block in out:
         p = block["profile"]
+        ceiling = f"; the client sent at most {1e3 / p['client_send_ms']:.1f} requests/s" if p.get("client_send_ms") else ""
         print(
-            f"TP{block['tp']}: step {p['step_ms']:.3f} ms + {p['seq_ms']:.4f} ms/seq + {p['token_us']:.2f} us/token, request overhead {p['request_overhead_ms']:.1f} ms"
+            f"TP{block['tp']}: step {p['step_ms']:.3f} ms + {p['seq_ms']:.4f} ms/seq + {p['token_us']:.2f} us/token, request overhead {p['request_overhead_ms']:.1f} ms{ceiling}"
         )
         print(f"  {'conc':>5} {'TTFT ms':>9} {'TPOT ms':>9} {'E2E s':>8} {'req/s':>8} {'out tok/s':>10}")
         for r in block["points"]:

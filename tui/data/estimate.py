@@ -1,7 +1,7 @@
 """What the Estimate screen shows for one plan, computed off the UI thread.
 
-The numbers come from the estimator's report (``core.estimate.estimate``): memory per TP
-degree, predictions against concurrency, limits, bottlenecks and the suggested search
+The numbers come from the estimator's report (``core.estimate.estimate``), with the plan's
+server args that the estimator models (``core.sweep.plan_estimate``): memory per TP degree, predictions against concurrency, limits, bottlenecks and the suggested search
 space. The roofline comes from :mod:`tui.data.roofline`. This module only reshapes them
 into rows, so a change in the report's shape is a change here and nowhere else.
 """
@@ -14,6 +14,7 @@ from typing import Any
 from core.estimate import EstimateReport, estimate
 from core.estimate.memory import MemoryPlan
 from core.spec.plan import Plan
+from core.sweep.plan_estimate import estimate_args
 from tui.data.roofline import Roofline, roofline
 
 
@@ -117,7 +118,9 @@ def build_estimate(plan: Plan) -> EstimateView:
 
     arch = plan_arch(plan)
     hw = plan_hardware(plan)
-    report = estimate(plan, arch=arch, hardware=hw)
+    # The server args typed in the Plan screen that the estimator models (TP degrees, one-valued knobs).
+    fixed, arg_notes = estimate_args(plan.server_args)
+    report = estimate(plan, arch=arch, hardware=hw, **fixed)
     kv_seqs = {ce.config.tp: ce.limits.kv_full_length for ce in report.configs}
     memory = tuple(MemoryRow(m.tp, hw.num_gpus // m.tp, m, kv_seqs.get(m.tp, 0)) for m in report.memory)
     best = report.best
@@ -136,6 +139,6 @@ def build_estimate(plan: Plan) -> EstimateView:
         bottleneck=bottleneck,
         suggested_server_args=sug.server_args if sug else "",
         suggested_client_args=sug.client_args if sug else "",
-        notes=tuple(report.notes),
+        notes=(*arg_notes, *report.notes),
         report=report,
     )

@@ -1,0 +1,70 @@
+"""What a plan's server args fix for the estimate.
+
+A plan's ``server_args`` (llm-optimizer's grammar) is the search space a sweep runs. Before
+this module the estimate ignored it: a user who typed ``max_num_seqs=64;stream_interval=8``
+in the Plan screen saw predictions at the engine's defaults. Here the args the estimator
+models become its arguments: the tensor-parallel degrees it tries (every value listed), and
+each knob given one value. A knob given several values is a sweep, which only measuring
+settles; the estimate keeps the engine's default for it and says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.errors import BadInput
+from core.sweep.grammar import parse_args
+
+# Server arg (either spelling) -> the estimate's keyword argument, for the knobs that take one value.
+_KNOBS = {
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "max_model_len": "max_model_len",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "stream_interval": "stream_interval",
+    # SGLang's names for the same knobs
+    "max_running_requests": "max_num_seqs",
+    "chunked_prefill_size": "max_num_batched_tokens",
+    "context_length": "max_model_len",
+    "mem_fraction_static": "gpu_memory_utilization",
+}
+_TP = ("tensor_parallel_size", "tp_size", "tp")
+
+
+def estimate_args(server_args: str) -> tuple[dict[str, Any], list[str]]:
+    """(keyword arguments for :func:`core.estimate.report.estimate`, notes saying which of the
+    plan's server args the estimate took and which it left at the engine's default)."""
+    kwargs: dict[str, Any] = {}
+    used: list[str] = []
+    swept: list[str] = []
+    for s in parse_args(server_args or None):
+        if len(s.names) != 1:
+            continue  # a composite (tp*dp tuples): a layout list the estimate enumerates itself
+        name = s.names[0].replace("-", "_")
+        values = [v[0] for v in s.values]
+        if name in _TP:
+            kwargs["tp"] = sorted({int(v) for v in values})
+            used.append(f"{name}={kwargs['tp']}")
+        elif name in _KNOBS:
+            if len(values) == 1:
+                kwargs[_KNOBS[name]] = _typed(_KNOBS[name], values[0], name)
+                used.append(f"{name}={values[0]}")
+            else:
+                swept.append(name)
+    notes = []
+    if used:
+        notes.append(f"from the plan's server args: {', '.join(used)}")
+    if swept:
+        notes.append(f"{', '.join(swept)} swept in the plan's server args: estimated at the engine's default (a sweep measures each value)")
+    return kwargs, notes
+
+
+def _typed(knob: str, value: Any, name: str) -> Any:
+    kind = str if knob == "kv_cache_dtype" else float if knob == "gpu_memory_utilization" else int
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise BadInput(
+            f"server arg {name}={value!r} is not {'a number' if kind is float else 'an integer' if kind is int else 'text'}", f"e.g. {name}=8"
+        ) from None
