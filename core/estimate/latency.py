@@ -19,12 +19,16 @@ the run); TTFT and E2E are theirs and the throughput is successes over the run's
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.prediction import Prediction, make_prediction
 from core.estimate.stats import QUANTILES, Z, poisson_quantile, quantile_len, stats_of, weighted_quantiles
 from core.estimate.steady import Shape, State, dec_gap, multi_step, steady_gaps
 from core.spec.serving import ServerConfig
+
+if TYPE_CHECKING:
+    from core.estimate.waves import BurstTPOT
 
 
 def finish(
@@ -45,14 +49,14 @@ def finish(
     gaps: list[tuple[float, float]] | None = None,
     resumed: float = 0.0,
     first_wave: tuple[float, float] = (0.0, 0.0),
-    tpots: tuple[list[tuple[float, float]], float] | None = None,
+    tpots: BurstTPOT | None = None,
 ) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
     seconds their prompts take to prefill back to back); those wait for the prompts before
     theirs, half of it on average, and make the TTFT's upper tail. ``tpots``: a burst's TPOT
-    per request class, (seconds, share of requests), and the mean seconds from first to last
-    token (:func:`core.estimate.waves.burst`)."""
+    per request class and the mean seconds from first to last token
+    (:class:`core.estimate.waves.BurstTPOT`)."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.request_overhead_s
     chunked = shape.chunked
@@ -79,15 +83,14 @@ def finish(
     tpot_mean = gap_mean if gaps else st.tpot + tok + resumed / max(dec, 1.0)
     e2e_mean = ttft_mean + dec * tpot_mean
     tpot_burst_q: dict[str, float] = {}
-    if tpots and tpots[0]:
+    if tpots and tpots.classes:
         # TPOT is averaged over requests, not tokens: a burst's short requests weigh as much
         # as its long ones though they met only its slowest steps.
-        classes, decode_s = tpots
-        share = sum(w for _, w in classes) or 1.0
+        share = sum(w for _, w in tpots.classes) or 1.0
         extra = tok + resumed / max(dec, 1.0)
-        tpot_mean = sum(t * w for t, w in classes) / share + extra
-        tpot_burst_q = {k: v + extra for k, v in weighted_quantiles(sorted(classes), share).items()}
-        e2e_mean = ttft_mean + decode_s + dec * tok + resumed
+        tpot_mean = sum(t * w for t, w in tpots.classes) / share + extra
+        tpot_burst_q = {k: v + extra for k, v in weighted_quantiles(sorted(tpots.classes), share).items()}
+        e2e_mean = ttft_mean + tpots.decode_s + dec * tok + resumed
 
     # Percentiles (approximate; see the module docstring).
     collide_m = min(x * st.prefill, 50.0)  # other prefills arriving while ours runs

@@ -15,12 +15,20 @@ staggered steady state of :mod:`core.estimate.steady`.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.prediction import Prediction, make_prediction
 from core.estimate.stats import QUANTILES, is_fixed, quantile_len, stats_of, weighted_quantiles
 from core.estimate.steady import Shape, State, steady_gaps
 from core.spec.serving import ServerConfig
+
+
+class BurstTPOT(NamedTuple):
+    """A burst's TPOT as benchmark clients average it (:func:`burst`)."""
+
+    classes: list[tuple[float, float]]  # (TPOT seconds, share of requests) per output-length class
+    decode_s: float  # mean seconds from a request's first token to its last
 
 
 def synchronized(shape: Shape) -> bool:
@@ -152,9 +160,7 @@ def wave(
     )
 
 
-def burst(
-    shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int
-) -> tuple[float, list[tuple[float, float]], tuple[list[tuple[float, float]], float]]:
+def burst(shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int) -> tuple[float, list[tuple[float, float]], BurstTPOT]:
     """Request rate of a finite burst whose output lengths vary: the queue drains at the
     capped steady state, then the last ``run`` requests finish one by one and the batch
     thins out — the long ones decode almost alone (the "drain"), which is what a burst
@@ -204,7 +210,7 @@ def burst(
 
 def _request_tpots(
     shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int, lengths: list[float], drain_s: list[float]
-) -> tuple[list[tuple[float, float]], float]:
+) -> BurstTPOT:
     """(TPOT, share of requests) per class of a burst (:func:`burst`), and the mean seconds
     from a request's first token to its last. The requests admitted while others queue
     decode at the steady state's TPOT; the last ``run`` decode through the drain, class j
@@ -236,7 +242,7 @@ def _request_tpots(
         out.append((d / dec + wait, drained / m))
         if drained < 1.0:
             out.append((st.tpot + wait, (1.0 - drained) / m))
-    return out, decode_s
+    return BurstTPOT(out, decode_s)
 
 
 def prefill_storm(shape: Shape, cm: CostModel, prompts: float, budget: int, cached: float) -> float:
