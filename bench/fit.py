@@ -62,7 +62,7 @@ the unit the data files were collected in (one table, one run set). Coarser grou
 ``infsim``/``infsim2`` -> ``infsim``) are stricter: the held-out publisher's other tables are
 left out too.
 
-The parameter overrides go through :func:`core.estimate.costmodel.calibrated`, which makes
+The parameter overrides go through :func:`core.estimate.params.calibrated`, which makes
 every CostModel and engine profile built inside it read ``calibration.toml`` with the given
 values replaced; the file itself is never edited.
 """
@@ -147,8 +147,8 @@ def prior_cost(value: float, prior: float, name: str = "") -> float:
 def parameters() -> dict[str, tuple[float, float, float]]:
     """Every fittable parameter as name -> (hand-set value, lower bound, upper bound); names are
     ``architecture.<arch>.<field>`` and ``engine.<profile>.step_us`` (the keys that
-    :func:`core.estimate.costmodel.calibration_with` takes)."""
-    from core.estimate.costmodel import _calibration_file
+    :func:`core.estimate.params.calibration_with` takes)."""
+    from core.estimate.params import _calibration_file
 
     from bench.kernel_priors import measured_priors
 
@@ -211,7 +211,7 @@ def predict_with(its: list[Item], params: dict[str, float] | None, predict=None)
     """Each item's prediction, ``predict(item)`` (default: the estimator, as
     ``bench.accuracy`` predicts), with ``params`` overriding calibration.toml (None where the
     predictor refuses the row)."""
-    from core.estimate.costmodel import calibrated
+    from core.estimate.params import calibrated
     from core.errors import KneeError
 
     predict = predict or default_predict
@@ -274,7 +274,7 @@ def influence(its: list[Item], predict=None) -> dict[str, set[str]]:
     the rows of that GPU architecture only (CostModel reads its GPU's section alone; a GPU of
     an architecture without a section reads hopper's)."""
     from core.catalog import get_gpu
-    from core.estimate.costmodel import _calibration_file
+    from core.estimate.params import _calibration_file
 
     archs = set(_calibration_file()["architecture"])
     params = parameters()

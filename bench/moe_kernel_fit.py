@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.gpu_moe_kernels import MODELS  # hidden, moe_intermediate, experts, top-k as measured
-from core.estimate.costmodel import calibration
+from core.estimate.params import calibration
 
 DATA = Path(__file__).parent / "data" / "moe-h100.json"
 

@@ -22,7 +22,7 @@ from bench import rows as R
 from bench.fit import terms
 from bench.knee_predict import predict_knee
 from core.errors import KneeError
-from core.estimate.costmodel import calibrated, calibration
+from core.estimate.params import calibrated, calibration
 
 PUBLISHED = Path(__file__).parent / "data" / "published.jsonl"
 LINK_EFF = (0.10, 0.13, 0.15, 0.17, 0.19, 0.21, 0.23, 0.26, 0.30)

@@ -188,7 +188,7 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
     Adds ``simulated_fitted``/``ape_fitted``, ``simulated_loso``/``ape_loso`` and ``source``
     to each result."""
     from bench import fit
-    from core.estimate.costmodel import calibrated
+    from core.estimate.params import calibrated
     from core.errors import KneeError
 
     t0 = time.perf_counter()

@@ -35,7 +35,7 @@ def test_source_is_the_id_prefix():
 
 def test_held_out_rows_are_never_fitted_on_and_unpredictable_rows_are_listed():
     from bench import fit
-    from core.estimate.costmodel import _calibration_file, calibration
+    from core.estimate.params import _calibration_file, calibration
 
     its, skipped = fit.items(ROWS)
     assert [s["id"] for s in skipped] == ["srcc-1"] and "without a concurrency" in skipped[0]["reason"]
@@ -56,7 +56,7 @@ def test_held_out_rows_are_never_fitted_on_and_unpredictable_rows_are_listed():
 
 def test_calibrated_overrides_only_inside_the_block():
     from bench import fit
-    from core.estimate.costmodel import calibrated, calibration
+    from core.estimate.params import calibrated, calibration
 
     its, _ = fit.items(ROWS[:1])
     base = fit.predict_with(its, None)[0]

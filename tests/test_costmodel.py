@@ -61,7 +61,7 @@ def test_moe_reads_only_touched_experts():
 def test_narrow_experts_under_tp_cost_more_than_their_bytes():
     """Each touched expert has a fixed cost (expert_us) beside its bytes: TP8 reads an eighth of
     Qwen3-235B's expert bytes per GPU, but its 128 experts still ramp up on every GPU."""
-    from core.estimate.costmodel import calibration, calibrated
+    from core.estimate.params import calibration, calibrated
 
     qwen = load_model("Qwen/Qwen3-235B-A22B")
     h100 = get_gpu("H100-SXM")
@@ -151,7 +151,7 @@ def test_memory_plan_kv_capacity_scales_with_tp_and_kv_dtype():
 def test_all_reduce_cost_follows_the_interconnect_not_the_architecture():
     """An A10G (Ampere, PCIe) all-reduces like an L4 (Ada, PCIe), not like an A100 (Ampere,
     NVLink): calibration.toml's [interconnect.pcie] moves both PCIe GPUs and neither NVLink one."""
-    from core.estimate.costmodel import calibrated
+    from core.estimate.params import calibrated
 
     arch = load_model("meta-llama/Llama-3.1-8B")
     batch = Batch.decode(64, 1000)
@@ -184,7 +184,7 @@ def test_api_server_streaming_paces_a_large_batch_only(engine):
     """Each running sequence's token goes out through one API server process (vLLM's API
     server; SGLang's tokenizer manager): a step of many short decodes is paced by that (and
     the bottleneck says so), a small batch is not."""
-    from core.estimate.costmodel import calibrated
+    from core.estimate.params import calibrated
 
     arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("H100-SXM")
     with calibrated({f"engine.{engine}.stream_token_us": 100.0}):
@@ -199,7 +199,8 @@ def test_api_server_streaming_paces_a_large_batch_only(engine):
 def test_async_scheduling_hides_host_work_behind_the_gpu_step():
     """vLLM from 0.14 schedules the next step while the GPU runs this one: a step costs the
     longer of host and GPU time, not their sum; the breakdown still adds up to the step."""
-    from core.estimate.costmodel import _softmax, engine_profile
+    from core.estimate.costmodel import _softmax
+    from core.estimate.params import engine_profile
 
     assert engine_profile("vllm", "0.15.1")["async_scheduling"] == 1
     assert not engine_profile("vllm", "0.11.0").get("async_scheduling")
@@ -224,7 +225,7 @@ def test_engine_profiles_by_version():
     """The profile follows the engine's release: SGLang before 0.4 answers a request faster
     than 0.4 and later (fitted on three published SGLang sources); vLLM 0.14 and later
     overlap the host's step work; unknown versions take the current profile."""
-    from core.estimate.costmodel import engine_profile
+    from core.estimate.params import engine_profile
 
     assert engine_profile("sglang", "0.3.0")["request_ms"] < engine_profile("sglang", "0.5.6")["request_ms"]
     assert engine_profile("sglang", None) == engine_profile("sglang", "0.5.9")

@@ -54,7 +54,7 @@ def test_estimator_and_simulator_use_the_gpus_defaults():
     assert (l4.max_num_batched_tokens, l4.max_num_seqs) == (2048, 256)
     # An explicit setting wins; another engine keeps its profile's defaults.
     assert Predictor(arch, get_gpu("H100-SXM"), wl).config(1, max_num_seqs=64).max_num_seqs == 64
-    from core.estimate.costmodel import engine_profile
+    from core.estimate.params import engine_profile
 
     sglang = Predictor(arch, get_gpu("L4"), wl, engine="sglang").config(1)
     assert sglang.max_num_batched_tokens == engine_profile("sglang")["default_max_num_batched_tokens"] != 2048

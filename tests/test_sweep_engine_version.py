@@ -4,7 +4,7 @@ older server is priced without it. Without an answer knee takes the current rele
 server is knee's simulated one, a real process launched as the vllm engine, which answers
 /version with the release it plays (--engine-version)."""
 
-from core.estimate.costmodel import engine_profile
+from core.estimate.params import engine_profile
 from core.sweep.predict import SurrogatePredictor
 from support.sim_sweep import shown, sweep_simulated_server
 

@@ -50,7 +50,8 @@ from __future__ import annotations
 import math
 
 from core.errors import BadInput
-from core.estimate.costmodel import CostModel, engine_profile
+from core.estimate.costmodel import CostModel
+from core.estimate.params import engine_profile
 from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
 from core.estimate.latency import finish, overloaded
 from core.estimate.memory import MemoryPlan, plan_memory

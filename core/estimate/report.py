@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import BadInput
-from core.estimate.costmodel import STREAMING, engine_profile
+from core.estimate.costmodel import STREAMING
+from core.estimate.params import engine_profile
 from core.estimate.limits import Limits, compute_limits
 from core.estimate.memory import MemoryPlan
 from core.estimate.predict import Prediction, Predictor

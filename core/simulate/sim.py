@@ -48,7 +48,8 @@ import math
 import numpy as np
 
 from core.errors import BadInput
-from core.estimate.costmodel import CostModel, engine_profile
+from core.estimate.costmodel import CostModel
+from core.estimate.params import engine_profile
 from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
 from core.estimate.memory import BLOCK_TOKENS
 from core.load.datasets import sample_lengths

@@ -51,7 +51,7 @@ class EngineSpec(BaseModel):
     request_timeout_s: float = Field(default=600.0, gt=0)
     stop_timeout_s: float = Field(default=15.0, gt=0)
     api: Literal["completions", "chat"] = "completions"
-    # The engine's release, for predictions (core/estimate/costmodel.engine_profile): None =
+    # The engine's release, for predictions (core/estimate/params.engine_profile): None =
     # the current one until a launch answers GET /version (the runner then stores it here).
     version: str | None = None
     gpus: list[int] | None = None  # devices the sweep may use; None = all NVML sees

@@ -46,7 +46,7 @@ class SurrogatePredictor:
     def __init__(self, arch, hardware, engine: str = "vllm", engine_version: str | None = None):
         self.arch = arch
         self.hardware = hardware
-        # Whose step costs and scheduler (core/estimate/costmodel.engine_profile).
+        # Whose step costs and scheduler (core/estimate/params.engine_profile).
         self.engine, self.engine_version = engine, engine_version
         self._warned: set = set()  # estimator failures already logged
 

@@ -1,0 +1,108 @@
+"""The estimator's parameters: ``calibration.toml`` (efficiencies per GPU architecture,
+all-reduce costs per interconnect, engine profiles), the fit's temporary overrides
+(:func:`calibrated`), and the engine profile for an engine and release
+(:func:`engine_profile`). :mod:`core.estimate.costmodel` prices steps from them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from contextlib import contextmanager
+from functools import lru_cache
+from importlib import resources
+
+from core.errors import BadInput
+from core.spec.engine_defaults import release
+
+
+@lru_cache(maxsize=1)
+def _calibration_file() -> dict:
+    return tomllib.loads(resources.files("core.estimate").joinpath("calibration.toml").read_text())
+
+
+_override: dict | None = None  # set only inside calibrated(...) (bench/fit.py)
+
+
+def calibration() -> dict:
+    """The efficiency factors and engine profiles: ``calibration.toml``, or inside
+    :func:`calibrated` that file with some values replaced."""
+    return _override if _override is not None else _calibration_file()
+
+
+def calibration_with(params: dict[str, float]) -> dict:
+    """``calibration.toml`` with the values named in ``params`` replaced, each named by its
+    section path and key: ``{"architecture.hopper.mfu": 0.7, "engine.vllm.step_us": 500.0}``.
+    The file and the cached table are left as they are; an unknown name is an error."""
+    base = _calibration_file()
+    out = {sec: {name: dict(tab) for name, tab in base[sec].items()} for sec in ("architecture", "interconnect", "engine")}
+    out.update({k: v for k, v in base.items() if k not in out})
+    for key, value in params.items():
+        sec, name, field = key.split(".")
+        if name not in out[sec]:
+            raise KeyError(f"no [{sec}.{name}] in calibration.toml")
+        out[sec][name][field] = float(value)
+    return out
+
+
+@contextmanager
+def calibrated(params: dict[str, float] | None):
+    """Within the block, every CostModel (the estimator's and the simulator's) and engine
+    profile built reads :func:`calibration_with` ``(params)`` instead of calibration.toml.
+    Objects built before keep their values. Not thread-safe (a module-level switch)."""
+    global _override
+    saved = _override
+    _override = calibration_with(params) if params else None
+    try:
+        yield _override
+    finally:
+        _override = saved
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+    """The leading numeric parts of a version string, at most (major, minor): "0.10.2" ->
+    (0, 10), "1.0rc1" -> (1,), "x" or None -> ()."""
+    return release(version, 2)
+
+
+def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
+    """Overheads for an engine. vLLM by version: before 0.6 the legacy engine, 0.6 and 0.7
+    the V0 engine (faster, still no chunked prefill by default), from 0.8 V1, from 0.14 (or
+    unknown: the current release) V1 with async scheduling.
+    TGI before 2.0 (2023: vLLM's paged-attention kernels under a Python model server, no
+    overlapped scheduling) runs on the legacy profile: on 127 published TGI 1.0/1.1 rows
+    (bench/data/published.jsonl fmbench-*, tgisagemaker-*) the median error of req/s is 31%
+    with it and 83% with the current-vLLM profile."""
+    table = calibration()["engine"]
+    name = (engine or "vllm").lower()
+    release = _release(version)
+    if name == "tgi" and release and release[0] < 2:
+        name = "vllm-legacy"
+    if name in ("vllm", "sim") and not release:
+        # No version: the current release, which schedules asynchronously (0.14 on).
+        name = "vllm-async"
+    elif name in ("vllm", "sim") and (len(release) == 2 or release >= (1,)):
+        if release < (0, 6):
+            name = "vllm-legacy"
+        elif release < (0, 8):
+            name = "vllm-v0"
+        elif release >= (0, 14):
+            # Async scheduling on by default (vLLM PR #27614, the last item of the async
+            # scheduling plan, issue #27679): the host schedules step N+1 while the GPU runs N.
+            name = "vllm-async"
+    if name == "sglang" and release and len(release) == 2 and release < (0, 4):
+        name = "sglang-legacy"
+    if name == "nim":
+        # NIM for LLMs serves pre-built TensorRT-LLM engines (its "optimized profiles") on the
+        # data-center GPUs it supports, vLLM only as a generic fallback
+        # (docs.nvidia.com/nim/large-language-models/latest/profiles.html). On the 9 published
+        # NIM 1.8 rows (Llama-3.3-70B FP8 TP2, H100) the TensorRT-LLM profile (FP8 KV with FP8
+        # weights, memory after weights) gives out tok/s within 10% at saturation, vLLM's 30% low.
+        name = "tensorrt-llm"
+    if name in ("sim", "other", "tgi", "custom"):
+        name = "vllm"
+    if name not in table:
+        raise BadInput(f"unknown engine {engine!r}", f"use one of {', '.join(table)}")
+    prof = table[name]
+    parent = prof.get("inherits")
+    # A version's profile names the profile it differs from and sets only what differs.
+    return {**table[parent], **{k: v for k, v in prof.items() if k != "inherits"}} if parent else prof
