@@ -105,9 +105,18 @@ def test_the_fit_finds_the_client_ceiling_and_predicts_the_points_it_did_not_see
         s = sim_point(qwen, hw, config, true, c, 1 << 20)
         measured[c] = s
     points = [
-        MeasuredPoint(c, ISL, OSL, measured[c]["mean_ttft_ms"] / 1e3, measured[c]["mean_tpot_ms"] / 1e3, req_per_s=measured[c]["request_throughput"])
+        MeasuredPoint(
+            c,
+            ISL,
+            OSL,
+            measured[c]["mean_ttft_ms"] / 1e3,
+            measured[c]["mean_tpot_ms"] / 1e3,
+            req_per_s=measured[c]["request_throughput"],
+            in_flight=measured[c]["concurrency"],
+        )
         for c in (1, 2, 8)
     ]
+    assert points[-1].in_flight < 0.5 * 8  # the signature: 8 slots, fewer than 4 requests in flight
     fit = fit_step_profile(points, qwen, hw, config, kv_tokens=1 << 20)
     assert fit.client_send_s == pytest.approx(true.client_send_s, rel=0.1)
     got = sim_point(qwen, hw, config, fit, 4, 1 << 20)
@@ -116,6 +125,10 @@ def test_the_fit_finds_the_client_ceiling_and_predicts_the_points_it_did_not_see
     blind = fit_step_profile([replace(p, req_per_s=None) for p in points], qwen, hw, config, kv_tokens=1 << 20)
     assert blind.client_send_s == 0.0
     assert sim_point(qwen, hw, config, blind, 4, 1 << 20)["request_throughput"] > 1.3 * measured[4]["request_throughput"]
+    # A client that kept its slots full: a rate below the scheduler's is the server's cost
+    # (a profile that prices it wrong), never a cap on what the profile predicts.
+    full = fit_step_profile([replace(p, in_flight=p.concurrency) for p in points], qwen, hw, config, kv_tokens=1 << 20)
+    assert full.client_send_s == 0.0
 
 
 def test_the_fit_stays_finite_on_points_a_starved_client_measured(qwen):
@@ -124,15 +137,17 @@ def test_the_fit_stays_finite_on_points_a_starved_client_measured(qwen):
     near 24/s and the TPOT line is not a line. Before each round's correction was bounded,
     these drove the per-sequence cost to 2e10 s, and the next simulated run to 1e13 s."""
     hw = cpu_hardware()
-    measured = [  # (max_num_seqs, concurrency, TTFT ms, TPOT ms, req/s)
-        (4, 1, 18.9, 1.20, 10.1),
-        (4, 2, 73.7, 0.34, 11.3),
-        (4, 4, 39.8, 1.07, 21.4),
-        (4, 8, 72.3, 1.24, 24.2),
+    measured = [  # (max_num_seqs, concurrency, TTFT ms, TPOT ms, req/s, requests in flight)
+        (4, 1, 18.9, 1.20, 10.1, 0.96),
+        (4, 2, 73.7, 0.34, 11.3, 1.08),
+        (4, 4, 39.8, 1.07, 21.4, 2.30),
+        (4, 8, 72.3, 1.24, 24.2, 3.64),
     ]
     points = [
-        MeasuredPoint(c, 64, 64, ttft / 1e3, tpot / 1e3, config=ServerConfig(model="q", max_model_len=2048, max_num_seqs=seqs), req_per_s=rps)
-        for seqs, c, ttft, tpot, rps in measured
+        MeasuredPoint(
+            c, 64, 64, ttft / 1e3, tpot / 1e3, config=ServerConfig(model="q", max_model_len=2048, max_num_seqs=seqs), req_per_s=rps, in_flight=held
+        )
+        for seqs, c, ttft, tpot, rps, held in measured
     ]
     fit = fit_step_profile(points, qwen, hw, points[0].config, kv_tokens=1 << 16)
     costs = (fit.step_s, fit.seq_s, fit.token_s, fit.request_overhead_s, fit.client_send_s)

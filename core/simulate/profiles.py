@@ -120,6 +120,10 @@ class MeasuredPoint:
     # (a study's calibration: max_num_seqs and the token budget differ, the hardware does not).
     config: Any = None
     req_per_s: float | None = None  # the measured request rate (None: not known)
+    # Requests the client held in flight on average (Little's law: the summed request
+    # latencies over the run's duration); below the concurrency asked for, the client
+    # could not keep its slots full (None: not known).
+    in_flight: float | None = None
 
 
 def _usable(p: MeasuredPoint) -> bool:
@@ -193,13 +197,16 @@ def fit_step_profile(
         return prof
 
     prof = refine(prof)
-    # The client's ceiling: where the scheduler predicts a higher request rate than was
-    # measured (by more than noise), the client could not keep its slots full. The highest
-    # rate measured is the most it sends; the costs are refined again with that in place.
+    # The client's ceiling: where the client kept fewer requests in flight than its slots
+    # (by a fifth: noise stays within that) and the scheduler predicts a higher request rate
+    # than was measured, the client could not send faster. Both must hold, so a profile that
+    # merely prices the server wrong never caps what it predicts. The highest rate measured
+    # is the most it sends; the costs are refined again with that in place.
     rates = [p.req_per_s for p in pts if p.req_per_s]
-    if rates:
-        sims = [run(prof, p) for p in pts]
-        if any(p.req_per_s and p.req_per_s < 0.9 * r["request_throughput"] for p, r in zip(pts, sims)):
+    starved = [p for p in pts if p.req_per_s and p.in_flight is not None and p.in_flight < 0.8 * p.concurrency]
+    if starved:
+        sims = {id(p): run(prof, p) for p in starved}
+        if any(p.req_per_s < 0.9 * sims[id(p)]["request_throughput"] for p in starved):
             prof = refine(replace(prof, client_send_s=1.0 / max(rates)))
     return prof
 

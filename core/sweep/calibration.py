@@ -54,6 +54,7 @@ class Observation:
     tpot_s: float
     output_throughput: float
     server_args: dict[str, Any] = field(default_factory=dict)
+    in_flight: float | None = None  # requests the client held in flight on average (the summary's "concurrency")
 
 
 def _positive(v: Any) -> TypeGuard[float]:
@@ -76,7 +77,8 @@ def observation(server_args: dict[str, Any], client_args: dict[str, Any], summar
     if isl <= 0 or osl <= 1:
         return None
     tp = int(server_args.get("tensor_parallel_size") or server_args.get("tp") or 1)
-    return Observation(tp, int(conc), isl, osl, ttft / 1e3, tpot / 1e3, float(thr), dict(server_args))
+    held = summary.get("concurrency")
+    return Observation(tp, int(conc), isl, osl, ttft / 1e3, tpot / 1e3, float(thr), dict(server_args), float(held) if _positive(held) else None)
 
 
 class StudyCalibration:
@@ -122,6 +124,7 @@ class StudyCalibration:
                 o.tpot_s,
                 config=self.config_of(o.server_args),
                 req_per_s=o.output_throughput / o.output_len,
+                in_flight=o.in_flight,
             )
             for o in group
         ]
