@@ -240,9 +240,12 @@ def test_plan_form_says_which_server_args_the_simulator_does_not_model():
     values["server_args"] = "tensor_parallel_size=[1,2];enforce_eager=[True,False]"
     plan, errors, hints = check_fields({**values, "engine": "sim"})
     assert plan is not None and not errors
-    assert hints["server_args"] == "4 combinations · the simulator does not model enforce_eager"
+    assert hints["server_args"] == "4 combinations · estimated with tensor_parallel_size=[1, 2] · the simulator does not model enforce_eager"
     _, _, hints = check_fields({**values, "engine": "vllm"})
-    assert hints["server_args"] == "4 combinations"
+    assert hints["server_args"] == "4 combinations · estimated with tensor_parallel_size=[1, 2]"
+    # A swept knob is measured, not estimated: only one-valued knobs and the TP list are named.
+    _, _, hints = check_fields({**values, "server_args": "max_num_seqs=[32,64];stream_interval=8", "engine": "vllm"})
+    assert hints["server_args"] == "2 combinations · estimated with stream_interval=8"
 
 
 def test_plan_form_reads_gpus_without_peer_to_peer():

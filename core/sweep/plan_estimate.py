@@ -10,6 +10,7 @@ settles; the estimate keeps the engine's default for it and says so.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from core.errors import BadInput
@@ -32,9 +33,25 @@ _KNOBS = {
 _TP = ("tensor_parallel_size", "tp_size", "tp")
 
 
-def estimate_args(server_args: str) -> tuple[dict[str, Any], list[str]]:
-    """(keyword arguments for :func:`core.estimate.report.estimate`, notes saying which of the
-    plan's server args the estimate took and which it left at the engine's default)."""
+@dataclass(frozen=True)
+class PlanArgs:
+    """What a plan's server args fix for the estimate."""
+
+    kwargs: dict[str, Any]  # keyword arguments for core.estimate.report.estimate
+    used: tuple[str, ...] = ()  # "name=value" of each arg the estimate takes
+    swept: tuple[str, ...] = ()  # knobs given several values: left at the engine's default
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.used:
+            out.append(f"from the plan's server args: {', '.join(self.used)}")
+        if self.swept:
+            out.append(f"{', '.join(self.swept)} swept in the plan's server args: estimated at the engine's default (a sweep measures each value)")
+        return out
+
+
+def estimate_args(server_args: str) -> PlanArgs:
+    """The estimate's arguments that ``server_args`` (llm-optimizer's grammar) fixes."""
     kwargs: dict[str, Any] = {}
     used: list[str] = []
     swept: list[str] = []
@@ -52,12 +69,7 @@ def estimate_args(server_args: str) -> tuple[dict[str, Any], list[str]]:
                 used.append(f"{name}={values[0]}")
             else:
                 swept.append(name)
-    notes = []
-    if used:
-        notes.append(f"from the plan's server args: {', '.join(used)}")
-    if swept:
-        notes.append(f"{', '.join(swept)} swept in the plan's server args: estimated at the engine's default (a sweep measures each value)")
-    return kwargs, notes
+    return PlanArgs(kwargs, tuple(used), tuple(swept))
 
 
 def _typed(knob: str, value: Any, name: str) -> Any:

@@ -75,11 +75,12 @@ def run(args) -> int:
 
     plan = Plan.load(args.plan) if args.plan else None
     # The plan's server args fill what no flag sets (TP degrees, one-valued knobs).
-    fixed, arg_notes = estimate_args(plan.server_args) if plan else ({}, [])
+    from_plan = estimate_args(plan.server_args) if plan else None
+    fixed = from_plan.kwargs if from_plan else {}
 
-    def given(flag: str, key: str | None = None):
+    def given(flag: str):
         v = getattr(args, flag)
-        return v if v is not None else fixed.get(key or flag)
+        return v if v is not None else fixed.get(flag)
 
     if args.range_ratio is not None and not 0 <= args.range_ratio <= 1:
         raise BadInput(f"--range-ratio must be in [0, 1], got {args.range_ratio:g}")
@@ -109,8 +110,8 @@ def run(args) -> int:
         engine_version=args.engine_version,
         stream_interval=given("stream_interval"),
     )
-    if arg_notes:
-        report = replace(report, notes=[*arg_notes, *report.notes])
+    if from_plan and from_plan.notes():
+        report = replace(report, notes=[*from_plan.notes(), *report.notes])
     if args.json:
         print_json(report.as_dict())
     else:

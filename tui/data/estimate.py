@@ -119,8 +119,8 @@ def build_estimate(plan: Plan) -> EstimateView:
     arch = plan_arch(plan)
     hw = plan_hardware(plan)
     # The server args typed in the Plan screen that the estimator models (TP degrees, one-valued knobs).
-    fixed, arg_notes = estimate_args(plan.server_args)
-    report = estimate(plan, arch=arch, hardware=hw, **fixed)
+    fixed = estimate_args(plan.server_args)
+    report = estimate(plan, arch=arch, hardware=hw, **fixed.kwargs)
     kv_seqs = {ce.config.tp: ce.limits.kv_full_length for ce in report.configs}
     memory = tuple(MemoryRow(m.tp, hw.num_gpus // m.tp, m, kv_seqs.get(m.tp, 0)) for m in report.memory)
     best = report.best
@@ -139,6 +139,6 @@ def build_estimate(plan: Plan) -> EstimateView:
         bottleneck=bottleneck,
         suggested_server_args=sug.server_args if sug else "",
         suggested_client_args=sug.client_args if sug else "",
-        notes=(*arg_notes, *report.notes),
+        notes=(*fixed.notes(), *report.notes),
         report=report,
     )

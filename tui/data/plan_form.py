@@ -18,6 +18,7 @@ from core.spec.engine_defaults import checked_release
 from core.spec.plan import Plan
 from core.spec.slo import parse_constraints
 from core.sweep.grammar import combinations, parse_args
+from core.sweep.plan_estimate import estimate_args
 from core.sweep.space import sim_unmodelled
 
 # Field ids in form order; the form widgets use the same ids.
@@ -223,6 +224,8 @@ def check_fields(values: dict[str, str]) -> tuple[Plan | None, dict[str, str], d
             sets = parse_args(text, side=side)
             n = len(combinations(sets))
             hints[f"{side}_args"] = f"{n} combination{'s' if n != 1 else ''}"
+            if side == "server" and (taken := estimate_args(text).used):
+                hints["server_args"] += f" · estimated with {', '.join(taken)}"
             ignored = sim_unmodelled(sets) if side == "server" and engine == "sim" else []
             if ignored:
                 # The args stay in the plan (a real engine gets them); the simulator runs as if unset.
