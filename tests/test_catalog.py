@@ -21,6 +21,33 @@ def test_required_gpus_have_the_datasheet_fields():
     assert "bandwidth_gbps" in table["A10G"].uncertain
 
 
+SELF_HOSTED_GPUS = ["H100-NVL", "H20", "GH200", "GH200-144GB", "L40", "A10", "A40", "RTX-A6000", "RTX-6000-Ada", "RTX-4090"]
+
+
+@pytest.mark.parametrize("name", SELF_HOSTED_GPUS)
+def test_self_hosted_gpus_say_where_their_figures_come_from_and_predict(name):
+    """The GPUs of self-hosted boxes beyond SageMaker's: each entry cites what was read (an
+    unconfirmed figure is listed as uncertain), its architecture has efficiencies, its aliases
+    resolve, and the estimator predicts a model on two of them."""
+    from core.estimate import estimate
+    from core.estimate.params import calibration
+
+    g = gpus()[name]
+    assert "http" in g.source and g.architecture in calibration()["architecture"]
+    # A datasheet's "GB" of GPU memory is about what the driver reports in GiB (H100 SXM: 80 and 79.6).
+    assert g.tflops["bf16"] > 0 and g.bandwidth_gbps > 0 and 0.9 * g.memory_gb < g.visible_memory_gib <= g.memory_gb
+    assert all(get_gpu(a).name == name for a in g.aliases)
+    rep = estimate(model="Qwen/Qwen3-8B", gpu=name, num_gpus=2, concurrency=[8])
+    assert rep.best is not None and rep.best.at_knee.output_tok_per_s > 0
+
+
+def test_cards_without_peer_to_peer_all_reduce_through_the_host():
+    # GeForce drivers leave PCIe peer-to-peer off; the NVLink-bridged pairs of H100 NVL keep it.
+    assert gpus()["RTX-4090"].p2p is False and "p2p" in gpus()["RTX-4090"].uncertain
+    assert gpus()["H100-NVL"].p2p is True and gpus()["H100-NVL"].nvlink is True
+    assert "tflops" in gpus()["L40"].uncertain  # the datasheet's 181 dense against a clock-based 362
+
+
 def test_required_instance_families_priced_and_dated():
     table = instances()
     for fam in REQUIRED_FAMILIES:
