@@ -135,3 +135,33 @@ def test_a_calibration_event_reads_as_one_line_in_the_text_output_and_the_tui_lo
     store.emit(name, "calibration", trial_id=7, **d)
     snap = SweepFollower(store, name).poll()
     assert line in snap.events_per_trial[7]
+
+
+def test_calibrate_from_keeps_the_studys_client_ceiling_unless_asked_for_the_server_alone(tmp_path, arch, capsys):
+    """A study whose client could not keep its slots full stored a ceiling on its sends:
+    `knee estimate --calibrate-from` predicts with it (what that client measures on that
+    machine) and says so; --no-client-ceiling predicts the server alone."""
+    import json
+    from dataclasses import asdict
+
+    from core.results.store import StudyStore
+    from core.sweep import build_spec, create_study
+    from tui.cli import main
+
+    db = tmp_path / "knee.db"
+    store = StudyStore(db)
+    name = create_study(store, build_spec(MODEL, gpu="L4", server_args="max_num_seqs=[16]", client_args="max_concurrency=[1,8]"), "ceiling")
+    capped = StepProfile("study-tp1", step_s=6e-3, seq_s=9e-4, token_s=2e-5, request_overhead_s=0.05, client_send_s=0.5)
+    store.set_study(name, info={"calibration": {"name": "study", "kv_tokens": KV, "refits": 1, "points": 2, "profiles": {"1": asdict(capped)}}})
+    store.close()
+    run = lambda *extra: main(
+        ["estimate", "--calibrate-from", name, "--storage", str(db), "--concurrency", "8", "--input-len", "128", "--output-len", "64", *extra]
+    )  # noqa: E731
+    assert run() == 0
+    text = capsys.readouterr().out
+    assert "the study's client sent at most 2.0 requests/s" in text and "--no-client-ceiling" in text
+    assert run("--json") == 0
+    kept = json.loads(capsys.readouterr().out)["calibrated"][0]["points"][0]["request_throughput"]
+    assert run("--json", "--no-client-ceiling") == 0
+    alone = json.loads(capsys.readouterr().out)["calibrated"][0]["points"][0]["request_throughput"]
+    assert kept <= 2.0 * 1.05 < alone

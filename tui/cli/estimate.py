@@ -56,6 +56,11 @@ def register(sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument("--calibrate-from", metavar="STUDY", help="predict with the step profile this study fitted on its own machine")
+    p.add_argument(
+        "--no-client-ceiling",
+        action="store_true",
+        help="with --calibrate-from: predict the server alone, without the request-rate ceiling of the client that measured the study",
+    )
     p.add_argument("--storage", help="study store path or SQLAlchemy URL (with --calibrate-from)")
     p.add_argument("--workspace", help="directory of the study store (default .knee; with --calibrate-from)")
     p.set_defaults(func=run)

@@ -8,6 +8,8 @@ ignored.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tui.cli.common import int_list, print_json
 
 
@@ -33,6 +35,10 @@ def run_calibrated(args) -> int:
             f"study {args.calibrate_from!r} has no calibration for TP{missing[0]}",
             f"it fitted TP {', '.join(map(str, sorted(cal.profiles)))}; measure TP{missing[0]} at two concurrencies",
         )
+    if getattr(args, "no_client_ceiling", False):
+        # The server alone: the ceiling describes the client that measured the study on its
+        # machine, not what production traffic from many clients would meet.
+        cal.profiles = {tp: replace(p, client_send_s=0.0) for tp, p in cal.profiles.items()}
     # Default lengths: what the study measured (its calibration is surest there).
     obs = cal_lengths(store, args.calibrate_from)
     isl = int(args.input_len or obs[0] or spec.input_len)
@@ -52,7 +58,11 @@ def run_calibrated(args) -> int:
     print(f"{spec.model}: calibrated by study {args.calibrate_from!r} ({cal.as_dict()['points']} points, {cal.refits} refits), {isl} in / {osl} out")
     for block in out:
         p = block["profile"]
-        ceiling = f"; the client sent at most {1e3 / p['client_send_ms']:.1f} requests/s" if p.get("client_send_ms") else ""
+        ceiling = (
+            f"; the study's client sent at most {1e3 / p['client_send_ms']:.1f} requests/s, and the figures below keep that ceiling (--no-client-ceiling: the server alone)"
+            if p.get("client_send_ms")
+            else ""
+        )
         print(
             f"TP{block['tp']}: step {p['step_ms']:.3f} ms + {p['seq_ms']:.4f} ms/seq + {p['token_us']:.2f} us/token, request overhead {p['request_overhead_ms']:.1f} ms{ceiling}"
         )
