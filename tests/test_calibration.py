@@ -154,9 +154,12 @@ def test_calibrate_from_keeps_the_studys_client_ceiling_unless_asked_for_the_ser
     capped = StepProfile("study-tp1", step_s=6e-3, seq_s=9e-4, token_s=2e-5, request_overhead_s=0.05, client_send_s=0.5)
     store.set_study(name, info={"calibration": {"name": "study", "kv_tokens": KV, "refits": 1, "points": 2, "profiles": {"1": asdict(capped)}}})
     store.close()
-    run = lambda *extra: main(
-        ["estimate", "--calibrate-from", name, "--storage", str(db), "--concurrency", "8", "--input-len", "128", "--output-len", "64", *extra]
-    )  # noqa: E731
+
+    def run(*extra: str) -> int:
+        return main(
+            ["estimate", "--calibrate-from", name, "--storage", str(db), "--concurrency", "8", "--input-len", "128", "--output-len", "64", *extra]
+        )
+
     assert run() == 0
     text = capsys.readouterr().out
     assert "the study's client sent at most 2.0 requests/s" in text and "--no-client-ceiling" in text
