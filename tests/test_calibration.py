@@ -114,7 +114,7 @@ def test_the_calibration_round_trips_through_plain_data(arch):
 def test_a_calibration_event_reads_as_one_line_in_the_text_output_and_the_tui_log(tmp_path):
     from core.results.store import StudyStore
     from core.sweep import build_spec, create_study
-    from core.sweep.calibration import calibration_line
+    from core.sweep.calibration_learner import calibration_line
     from tui.data.sweep_state import SweepFollower
 
     d = {

@@ -260,7 +260,7 @@ def test_a_pruned_configuration_is_recorded_once_and_never_one_that_is_held_or_b
 
 
 def test_a_real_engine_worker_learns_its_calibration_from_the_points_other_workers_stored(tmp_path):
-    from core.sweep.calibration import StudyLearner
+    from core.sweep.calibration_learner import StudyLearner
     from core.sweep.run import default_predictor
     from core.sweep.shared_adaptive import Replayer, decide
     from core.sweep.strategies import AdaptiveStrategy

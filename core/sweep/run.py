@@ -37,7 +37,8 @@ from core.serve.engines import Server
 from core.spec.events import check_emitted
 from core.spec.slo import parse_constraints
 from core.spec.study import PointRow, SweepSpec
-from core.sweep.calibration import CalibratedPredictor, StudyLearner
+from core.sweep.calibration import CalibratedPredictor
+from core.sweep.calibration_learner import StudyLearner
 from core.sweep.control import RunControl, _Interrupted
 from core.sweep.coordinator import ParallelCoordinator
 from core.sweep.measure import HttpMeasurer, SimMeasurer

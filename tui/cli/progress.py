@@ -86,7 +86,7 @@ class ProgressPrinter:
             else:
                 self._print(f"  {ev.load or '':>10}  FAILED: {(ev.reason or '').splitlines()[0]}")
         elif isinstance(ev, Calibration):
-            from core.sweep.calibration import calibration_line
+            from core.sweep.calibration_learner import calibration_line
 
             self._print("  " + calibration_line(d))  # the stored data, as the TUI's log shows it
         elif isinstance(ev, Paused):

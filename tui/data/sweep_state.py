@@ -268,7 +268,7 @@ class SweepFollower:
         elif kind in ("continued", "study_started", "study_done", "study_interrupted"):
             self._paused = False
         if tid is not None and isinstance(ev, Calibration):
-            from core.sweep.calibration import calibration_line
+            from core.sweep.calibration_learner import calibration_line
 
             self._events.setdefault(tid, deque(maxlen=200)).append(calibration_line(e.data))
         elif tid is not None and kind != "progress":
