@@ -25,7 +25,8 @@ per computed token: prefills arriving together share steps), so the profile repr
 through the scheduler, not just through the formulas. Where the points' measured request
 rates are given and the scheduler predicts more than was measured, the client could not keep
 its slots full (it shares a small host's CPUs with the server): the profile's
-``client_send_s`` caps its sends at the highest rate measured, and the rounds run again.
+``client_send_s`` caps its sends at the highest rate measured where it held fewer requests in
+flight than its slots, and the rounds run again.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ class StepProfile:
     # client shares a small host's CPUs with the server (vLLM on a 2-core CPU box), it
     # cannot keep its slots full: measured there, 8 slots held 2.5 requests in flight and
     # the request rate stopped at 16/s from 4 slots on, while each request's own latency
-    # hardly grew. Fitted from the highest request rate measured, where the scheduler alone
-    # predicts more than was measured.
+    # hardly grew. Fitted from the highest request rate measured where the client held fewer
+    # requests in flight than its slots and the scheduler alone predicts more.
     client_send_s: float = 0.0
     # Steps scheduled ahead (the cost model's steps_ahead): none; the fitted request
     # overhead takes in whatever the measured engine's scheduling adds to TTFT. A class
@@ -201,13 +202,14 @@ def fit_step_profile(
     # (by a fifth: noise stays within that) and the scheduler predicts a higher request rate
     # than was measured, the client could not send faster. Both must hold, so a profile that
     # merely prices the server wrong never caps what it predicts. The highest rate measured
-    # is the most it sends; the costs are refined again with that in place.
-    rates = [p.req_per_s for p in pts if p.req_per_s]
+    # at such points is the most it sends (a point the client kept full says nothing of its
+    # ceiling: one such stretch on a 2-core box ran at twice the rate of the rest); the costs
+    # are refined again with that in place.
     starved = [p for p in pts if p.req_per_s and p.in_flight is not None and p.in_flight < 0.8 * p.concurrency]
     if starved:
         sims = {id(p): run(prof, p) for p in starved}
         if any(p.req_per_s < 0.9 * sims[id(p)]["request_throughput"] for p in starved):
-            prof = refine(replace(prof, client_send_s=1.0 / max(rates)))
+            prof = refine(replace(prof, client_send_s=1.0 / max(p.req_per_s for p in starved if p.req_per_s)))
     return prof
 
 
