@@ -209,7 +209,7 @@ def fit_step_profile(
     if starved:
         sims = {id(p): run(prof, p) for p in starved}
         if any(p.req_per_s < 0.9 * sims[id(p)]["request_throughput"] for p in starved):
-            prof = refine(replace(prof, client_send_s=1.0 / max(p.req_per_s for p in starved if p.req_per_s)))
+            prof = refine(replace(prof, client_send_s=1.0 / max(p.req_per_s or 0.0 for p in starved)))
     return prof
 
 

@@ -135,7 +135,9 @@ class StudyCalibration:
             # loaded box): the study keeps its last good profile rather than stop the sweep.
             log.warning("calibration: no refit for TP%d from %d points: %s", tp, len(points), e)
             return False
-        if not all(math.isfinite(v) and v >= 0 for v in (profile.step_s, profile.seq_s, profile.token_s, profile.request_overhead_s)):
+        if not all(
+            math.isfinite(v) and v >= 0 for v in (profile.step_s, profile.seq_s, profile.token_s, profile.request_overhead_s, profile.client_send_s)
+        ):
             log.warning("calibration: refit for TP%d gave a non-finite or negative cost (%s); kept the last profile", tp, profile)
             return False
         self.profiles[tp] = profile
