@@ -59,6 +59,28 @@ def test_alias_resolves_to_shared_architecture():
     assert load_model("nvidia/Llama-3.1-8B-Instruct-FP8").hidden_size == 4096
 
 
+def test_a_requantized_alias_carries_its_own_weight_format():
+    """A re-quantization has its original's dimensions, not its weights: the alias names its
+    format, so `--model Qwen/Qwen3-14B-FP8` plans 16 GB of weights, not the bf16 original's 30;
+    --precision still wins. Distillations with the same dimensions are plain aliases."""
+    bf16 = load_model("Qwen/Qwen3-14B")
+    fp8 = load_model("Qwen/Qwen3-14B-FP8")
+    assert (fp8.quantization.method, fp8.quantization.block_scaled) == ("fp8", True)  # Qwen's 128x128 blocks
+    assert fp8.hidden_size == bf16.hidden_size and rel(fp8.weight_bytes, 0.55 * bf16.weight_bytes) < 0.05
+    assert load_model("Qwen/Qwen3-32B-AWQ").quantization.method == "awq"
+    assert load_model("TheBloke/Llama-2-70B-GPTQ").quantization.method == "gptq"
+    assert load_model("Qwen/Qwen3-14B-FP8", precision="bf16").weight_bytes == bf16.weight_bytes
+    r1 = load_model("deepseek-ai/DeepSeek-R1-Distill-Llama-8B")
+    assert r1.quantization.method == "bf16" and rel(r1.params_total, 8.03e9) < 0.01
+
+
+def test_a_float32_checkpoint_is_served_in_16_bits():
+    # Gemma 2's configs say float32; vLLM's --dtype auto casts such weights down to 2 bytes.
+    gemma = load_model("google/gemma-2-9b")
+    assert gemma.quantization.method == "bf16" and rel(gemma.weight_bytes, 2 * 9.24e9) < 0.02
+    assert rel(load_model("google/gemma-2-9b", precision="fp32").weight_bytes, 2 * gemma.weight_bytes) < 0.001
+
+
 def test_local_directory(tmp_path):
     cfg = json.load(open(__import__("core.catalog.models", fromlist=["x"])._data().joinpath("models/Qwen--Qwen3-8B.json")))
     cfg.pop("_source")

@@ -3,7 +3,8 @@
 Lookup order for a reference ``ref``:
 1. an existing local directory (or ``config.json`` file) — read with ``transformers.AutoConfig``;
 2. the bundled catalog (``data/models/<org>--<name>.json``, copied verbatim from the
-   published ``config.json`` files) and its aliases (FP8 re-quantizations, chat variants);
+   published ``config.json`` files) and its aliases (chat variants and distillations with the
+   same dimensions; re-quantizations, with their own ``quantization_config``);
 3. the Hugging Face cache, then the hub unless offline (``HF_HUB_OFFLINE=1`` or
    ``offline=True``), through ``AutoConfig``.
 
@@ -90,14 +91,26 @@ def _data():
 
 
 @lru_cache(maxsize=1)
+def _aliases() -> dict[str, tuple[str, dict[str, Any] | None]]:
+    """Alias repo id → (the bundled repo id whose dimensions it has, the alias's own
+    ``quantization_config`` or None). An entry is the target's id, or an object
+    ``{"of": target, "quantization_config": {...}}`` for a re-quantization: its weights are
+    not the target's, so its format rides with it (a Qwen3 FP8 checkpoint read as its bf16
+    original had twice the weight bytes)."""
+    out: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    for alias, v in json.loads(_data().joinpath("model-aliases.json").read_text()).items():
+        out[alias] = (v, None) if isinstance(v, str) else (v["of"], v.get("quantization_config"))
+    return out
+
+
+@lru_cache(maxsize=1)
 def bundled_index() -> dict[str, str]:
     """HF repo id → bundled file name, including aliases."""
     index = {}
     for f in _data().joinpath("models").iterdir():
         if f.name.endswith(".json"):
             index[f.name[: -len(".json")].replace("--", "/", 1)] = f.name
-    aliases = json.loads(_data().joinpath("model-aliases.json").read_text())
-    for alias, target in aliases.items():
+    for alias, (target, _) in _aliases().items():
         if target in index:
             index[alias] = index[target]
     return index
@@ -109,11 +122,14 @@ def bundled_models() -> list[str]:
 
 def _bundled_config(ref: str) -> dict[str, Any] | None:
     index = bundled_index()
-    name = index.get(ref) or next((v for k, v in index.items() if k.lower() == ref.lower()), None)
-    if name is None:
+    key = ref if ref in index else next((k for k in index if k.lower() == ref.lower()), None)
+    if key is None:
         return None
-    cfg = json.loads(_data().joinpath("models").joinpath(name).read_text())
+    cfg = json.loads(_data().joinpath("models").joinpath(index[key]).read_text())
     cfg.pop("_source", None)
+    quantized = _aliases().get(key, ("", None))[1]
+    if quantized is not None:
+        cfg["quantization_config"] = quantized
     return cfg
 
 
@@ -229,6 +245,10 @@ def _quantization(cfg: dict[str, Any], precision: str | None) -> Quantization:
         bits = q.get("bits") or 8
         return Quantization(method="int8" if int(bits) == 8 else "int4", scope="linear")
     dtype = _DTYPES.get(str(_get(cfg, "torch_dtype", "dtype", default="bfloat16")), "bf16")
+    if dtype == "fp32":
+        # A checkpoint saved in float32 (Gemma 2's) is served in 16 bits: vLLM's --dtype auto
+        # casts float32 weights down (to bf16 for Gemma 2, fp16 otherwise: 2 bytes either way).
+        dtype = "bf16"
     return Quantization(method=dtype, scope="all")
 
 
