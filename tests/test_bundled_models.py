@@ -9,6 +9,9 @@ from core.catalog import load_model
 
 # Published parameter counts (billions), from each model's Hugging Face card.
 CARDS = {
+    "microsoft/Phi-3-medium-4k-instruct": 14.0,  # model card: 14B
+    "mistralai/Mistral-7B-Instruct-v0.2": 7.24,  # model card: 7.24B
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": 8.03,  # an alias of Llama-3.1-8B; the Hub counts 8,030,261,248
     "Qwen/Qwen3-14B": 14.8,
     "Qwen/Qwen3-32B": 32.8,
     "Qwen/Qwen3-8B": 8.2,
