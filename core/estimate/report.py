@@ -346,7 +346,7 @@ def _suggest(
     if slo.constraints and not best.limits.slo_feasible:
         why.append("no configuration is predicted to meet every constraint; the suggestion brackets saturation instead")
     intervals = None
-    if best.at_knee.decode_bottleneck == STREAMING and "stream_interval" not in best.config.extra_args:
+    if best.at_knee.decode_bottleneck == STREAMING and best.config.engine_arg("stream_interval") is None:
         intervals = [1, 4, 8]
         why.append(
             "at the knee the API server's token streaming paces the decode steps: measure stream_interval "

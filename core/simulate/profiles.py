@@ -179,8 +179,6 @@ def fit_step_profile(
     # TTFT residual at the highest: there many prompts arrive together and their prefills
     # share steps, so TTFT grows with the tokens a step computes (measured on vLLM-CPU:
     # 12 ms at c=1, 81 ms at c=32, which a token cost of zero put at 16 ms).
-    hi = pts[-1]
-
     def run(prof: StepProfile, p: MeasuredPoint) -> dict:
         return simulate(
             arch,
@@ -194,7 +192,7 @@ def fit_step_profile(
 
     def refine(prof: StepProfile) -> StepProfile:
         for _ in range(rounds):
-            prof = _refine_round(prof, pts, conc, a, k, lo, hi, run)
+            prof = _refine_round(prof, pts, a, k, run)
         return prof
 
     prof = refine(prof)
@@ -213,8 +211,11 @@ def fit_step_profile(
     return prof
 
 
-def _refine_round(prof: StepProfile, pts, conc, a: float, k: float, lo: MeasuredPoint, hi: MeasuredPoint, run) -> StepProfile:
-    """One round of :func:`fit_step_profile`'s refinement through the scheduler."""
+def _refine_round(prof: StepProfile, pts: list[MeasuredPoint], a: float, k: float, run) -> StepProfile:
+    """One round of :func:`fit_step_profile`'s refinement through the scheduler: ``pts`` by
+    concurrency, ``a`` and ``k`` the measured TPOT line's intercept and slope."""
+    lo, hi = pts[0], pts[-1]
+    conc = [p.concurrency for p in pts]
     sims = [run(prof, p) for p in pts]
     a_sim, k_sim = _line(conc, [r["mean_tpot_ms"] / 1e3 for r in sims])
     # TTFT at the highest load against the token cost: a secant step (TTFT rises with it).

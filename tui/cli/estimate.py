@@ -83,9 +83,9 @@ def run(args) -> int:
     from_plan = estimate_args(plan.server_args) if plan else None
     fixed = from_plan.kwargs if from_plan else {}
 
-    def given(flag: str):
+    def given(flag: str, default=None):
         v = getattr(args, flag)
-        return v if v is not None else fixed.get(flag)
+        return v if v is not None else fixed.get(flag, default)
 
     if args.range_ratio is not None and not 0 <= args.range_ratio <= 1:
         raise BadInput(f"--range-ratio must be in [0, 1], got {args.range_ratio:g}")
@@ -109,7 +109,7 @@ def run(args) -> int:
         constraints=args.constraints,
         max_num_batched_tokens=given("max_num_batched_tokens"),
         max_num_seqs=given("max_num_seqs"),
-        gpu_memory_utilization=0.9 if given("gpu_memory_utilization") is None else given("gpu_memory_utilization"),
+        gpu_memory_utilization=given("gpu_memory_utilization", 0.9),
         max_model_len=given("max_model_len"),
         engine=args.engine,
         engine_version=args.engine_version,
