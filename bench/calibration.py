@@ -39,15 +39,49 @@ def _pct(x: float | None) -> str:
     return "   -  " if x is None else f"{100 * x:5.1f}%"
 
 
+def _split_cores(tmp: Path, python: str, env: dict) -> tuple[str, dict]:
+    """This process (the client) onto the first CPU and a launcher for vLLM that runs it, and
+    every process it starts, on the rest. Why a wrapper: knee's runner starts vLLM from this
+    process, whose children would inherit the client's CPU. On the shared 2-core box the
+    client otherwise loses its CPU to vLLM's spinning workers (its loop lagged 0.2-1.5 s at
+    p99, slots stood empty; issue 11 session 13)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        print(f"--split-cores: only {len(cpus)} CPU here; client and server share it", flush=True)
+        return python, env
+    client, server = cpus[0], cpus[1:]
+    bind = ",".join(map(str, server))
+    wrapper = tmp / "vllm-python"
+    wrapper.write_text(f'#!/bin/sh\nexec taskset -c {bind} "{python}" "$@"\n')
+    wrapper.chmod(0o755)
+    os.sched_setaffinity(0, {client})
+    print(f"--split-cores: client on CPU {client}, vLLM on CPU {bind}", flush=True)
+    return str(wrapper), {**env, "VLLM_CPU_OMP_THREADS_BIND": bind, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts-per-slot", type=int, default=8, help="num_prompts = this x the highest concurrency (16 at least; 4 gave noisier fits)")
     ap.add_argument("--len", type=int, default=64, help="input and output tokens per request")
     ap.add_argument("--points", help="replay these stored points (JSON lines of PointRow, from --save) instead of measuring")
     ap.add_argument("--save", help="write the measured points here (JSON lines)")
+    ap.add_argument(
+        "--split-cores",
+        action="store_true",
+        help="the client on the first CPU, vLLM (every process and its OpenMP threads) on the others, as a load "
+        "generator and a server sit on separate machines in production; default: both share every CPU",
+    )
     a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="knee-calib-") as tmp:
+        _calibrate(a, Path(tmp))
+
+
+def _calibrate(a: argparse.Namespace, tmp_root: Path) -> None:
     model_dir = tinymodel.ensure_tiny_model(python=tinymodel.VLLM_PYTHON)
-    engine = EngineSpec(kind="vllm", python=str(tinymodel.VLLM_PYTHON), env=VLLM_ENV, start_timeout_s=300, request_timeout_s=120)
+    python, env = str(tinymodel.VLLM_PYTHON), dict(VLLM_ENV)
+    if a.split_cores and not a.points:
+        python, env = _split_cores(tmp_root, python, env)
+    engine = EngineSpec(kind="vllm", python=python, env=env, start_timeout_s=300, request_timeout_s=120)
     conc = ",".join(str(c) for c in CONCURRENCIES)
     prompts = max(16, a.prompts_per_slot * max(CONCURRENCIES))
     spec = build_spec(
@@ -59,7 +93,7 @@ def main() -> None:
     if a.points:
         points = [PointRow.model_validate_json(line) for line in Path(a.points).read_text().splitlines() if line.strip()]
     else:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=tmp_root) as tmp:
             store = StudyStore(Path(tmp) / "knee.db")
             name = create_study(store, spec, "calibration")
             print(f"measuring {2 * len(CONCURRENCIES)} points on vLLM-CPU ({os.cpu_count()} CPUs) ...", flush=True)

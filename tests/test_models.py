@@ -123,6 +123,29 @@ def test_moe_and_window_counts_are_checked():
         arch_from_config({**base, "sliding_window": -4, "layer_types": ["sliding_attention"] * 4}, "win")
 
 
+def test_interleaved_sliding_window_without_layer_types():
+    """Gemma 2/3/4 and Cohere2 configs written before ``layer_types`` give only the window;
+    their transformers classes slide every layer but each pattern-th, so only those count
+    for the full-context KV cache (gemma-2-9b read all 42 layers as global before)."""
+    from core.catalog.models import arch_from_config
+
+    gemma2 = load_model("google/gemma-2-9b")
+    assert gemma2.sliding_window == 4096 and gemma2.sliding_layers == tuple(range(0, 42, 2))
+    assert gemma2.num_full_attention_layers == 21
+    base = {"hidden_size": 512, "num_hidden_layers": 12, "num_attention_heads": 8, "vocab_size": 1000, "sliding_window": 512}
+    g3 = arch_from_config({**base, "model_type": "gemma3_text"}, "g3")
+    assert g3.sliding_layers == (0, 1, 2, 3, 4, 6, 7, 8, 9, 10) and g3.num_full_attention_layers == 2
+    assert arch_from_config({**base, "model_type": "cohere2", "sliding_window_pattern": 3}, "c2").num_full_attention_layers == 4
+    # Gemma 4 keeps its last layer global even off the pattern (13 layers: 5, 11 and 12).
+    g4 = arch_from_config({**base, "num_hidden_layers": 13, "model_type": "gemma4_text"}, "g4")
+    assert g4.num_full_attention_layers == 3 and 12 not in g4.sliding_layers
+    # An explicit layer_types list still wins over the pattern.
+    listed = arch_from_config({**base, "model_type": "gemma3_text", "layer_types": ["full_attention"] * 11 + ["sliding_attention"]}, "g3")
+    assert listed.sliding_layers == (11,)
+    # A model type with no pattern and no list has no sliding layers: the window is dropped.
+    assert arch_from_config({**base, "model_type": "llama"}, "l").sliding_window is None
+
+
 def test_missing_tie_word_embeddings_follows_the_model_type():
     """A config.json without ``tie_word_embeddings`` gets its transformers config class's
     default: True for Gemma/Gemma2/Gemma3 (and Falcon, Cohere, StarCoder2), False for

@@ -23,6 +23,9 @@ from typing import Any
 from core.errors import BadInput
 from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
 
+# Interleaved local/global attention, when a config has no layer_types: one layer in every
+# this many attends globally, the others over the sliding window.
+_SLIDING_EVERY = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "gemma4": 6, "gemma4_text": 6, "cohere2": 4}
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
 # What ``tie_word_embeddings`` means when a config.json leaves it out: the default of the
@@ -353,6 +356,15 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
     layer_types = cfg.get("layer_types")
     if window and isinstance(layer_types, list):
         sliding = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))
+    elif window and model_type in _SLIDING_EVERY:
+        # Configs written before transformers had layer_types give only the window; their
+        # model classes slide every layer but each pattern-th (transformers' Gemma2Config:
+        # (i + 1) % 2; Gemma3's and Cohere2's sliding_window_pattern, default 6 and 4;
+        # Gemma 4 also keeps its last layer global).
+        every = num.get("sliding_window_pattern", default=_SLIDING_EVERY[model_type], minimum=1)
+        sliding = tuple(i for i in range(layers) if (i + 1) % every)
+        if model_type.startswith("gemma4") and layers - 1 in sliding:
+            sliding = sliding[:-1]
     elif window and cfg.get("use_sliding_window", True) and model_type in ("mistral", "mixtral"):
         max_win = num.get("max_window_layers", default=layers, minimum=0) or layers
         sliding = tuple(range(min(max_win, layers)))
