@@ -86,7 +86,7 @@ ARCH_FIELDS = {
     "bw_kv": (0.2, 1.0),
 }
 LINK_FIELDS = {"link_eff": (0.05, 1.0), "allreduce_us": (1.0, 300.0)}
-ENGINE_FIELDS = {"step_us": (20.0, 10000.0), "stream_token_us": (10.0, 1000.0)}
+ENGINE_FIELDS = {"step_us": (20.0, 10000.0), "layer_us": (1.0, 200.0), "stream_token_us": (10.0, 1000.0)}
 # Fitted for one engine only: SGLang's time before a request's first token beyond its prefill
 # (tokenizer manager, scheduler and detokenizer processes), which no datasheet gives and which
 # three published SGLang sources measure (datacrunch, gpustack, sglcookbook).

@@ -29,7 +29,7 @@ import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
-from bench.gpu_run import cuda_torch, emit, parser, write
+from bench.gpu_run import cpu_timer, cuda_torch, emit, parser, write
 
 # name -> (hidden, query heads, KV heads, head_dim, MLP width, layers measured), before TP.
 # Layers measured: enough that the step's weights are gigabytes, far past any L2.
@@ -177,14 +177,6 @@ def measure_case(torch, peak: dict, shape: str, tp: int, timer, device: str, com
         )
     if device == "cuda":
         torch.cuda.empty_cache()
-
-
-def cpu_timer(fn) -> float:
-    """Wall time of one call, for checking the script's logic where there is no GPU."""
-    fn()
-    began = time.perf_counter()
-    fn()
-    return time.perf_counter() - began
 
 
 def main(argv: list[str] | None = None) -> int:

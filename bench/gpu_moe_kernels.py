@@ -30,7 +30,7 @@ import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
-from bench.gpu_run import cuda_torch, emit, parser, write
+from bench.gpu_run import cpu_timer, cuda_torch, emit, parser, write
 
 # hidden, moe_intermediate, routed experts, top-k: from the bundled configs
 # (core/catalog/data/models/*.json).
@@ -132,14 +132,6 @@ def measure(torch, peak: dict, out: list, timer, device: str, models: dict, tps,
             del w_up, w_down
             if device == "cuda":
                 torch.cuda.empty_cache()
-
-
-def cpu_timer(fn) -> float:
-    """Wall time of one call, for checking the script's logic where there is no GPU."""
-    fn()
-    began = time.perf_counter()
-    fn()
-    return time.perf_counter() - began
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,14 @@ def cuda_torch(tool: str, need_gpu: bool = True):
     return torch
 
 
+def cpu_timer(fn) -> float:
+    """Wall time of one call, for checking the script's logic where there is no GPU."""
+    fn()
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
+
+
 def emit(row: dict) -> None:
     """One measured row on stdout, as it comes (a long run shows progress, a killed one its rows)."""
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)

@@ -66,16 +66,48 @@ def measured(path: Path) -> dict[str, float]:
     return out
 
 
+# Engines whose decode steps run as CUDA graphs of compiled or fused layers, as
+# bench/gpu_layer_floor.py measures them: the measured floor is their layer_us prior. TensorRT-LLM
+# (its own fused plugins), TGI 1.x (no CUDA graphs) and vLLM < 0.6 keep their hand-set values.
+GRAPH_ENGINES = ("vllm", "vllm-v0", "sglang")
+
+
+def layer_floors(doc: dict, bw_weights: float, bw_kv: float) -> list[float]:
+    """Microseconds per layer that each whole decode step of ``doc`` (bench/gpu_layer_floor.py)
+    took beyond streaming its weights at ``bw_weights`` and its KV cache at ``bw_kv`` of the
+    peak bandwidth: what knee's ``layer_us`` stands for."""
+    bw = doc["info"]["peaks"]["bandwidth_gbps"] * 1e9
+    return [
+        (r["ms_per_step"] * 1e-3 - r["weight_bytes"] / (bw_weights * bw) - r["kv_bytes"] / (bw_kv * bw)) / r["layers"] * 1e6
+        for r in doc.get("rows", [])
+        if r.get("what") == "layer_floor" and "ms_per_step" in r
+    ]
+
+
 def measured_priors(data: Path = DATA) -> dict[str, float]:
-    """``architecture.<arch>.<field>`` -> the mean over that architecture's measured GPUs."""
+    """``architecture.<arch>.<field>`` -> the mean over that architecture's measured GPUs, and
+    ``engine.<graph engine>.layer_us`` -> the mean over GPUs of each one's median layer floor,
+    measured against that GPU's own bandwidth fractions."""
     per: dict[str, list[float]] = {}
+    own: dict[str, dict[str, float]] = {}
     for path in sorted(data.glob("kernels-*.json")):
         doc = json.loads(path.read_text())
-        arch = ARCHITECTURE.get(doc.get("info", {}).get("gpu", ""))
+        gpu = doc.get("info", {}).get("gpu", "")
+        arch = ARCHITECTURE.get(gpu)
         if not arch:
             continue
-        for f, v in measured(path).items():
+        own[gpu] = measured(path)
+        for f, v in own[gpu].items():
             per.setdefault(f"architecture.{arch}.{f}", []).append(v)
+    floors = []
+    for path in sorted(data.glob("layer-floor-*.json")):
+        doc = json.loads(path.read_text())
+        eff = own.get(doc.get("info", {}).get("gpu", ""))
+        if eff and "bw_weights" in eff and "bw_kv" in eff:
+            floors.append(statistics.median(layer_floors(doc, eff["bw_weights"], eff["bw_kv"])))
+    if floors:
+        for engine in GRAPH_ENGINES:
+            per[f"engine.{engine}.layer_us"] = [statistics.fmean(floors)]
     return {k: round(statistics.fmean(v), 3) for k, v in per.items()}
 
 
@@ -84,4 +116,10 @@ if __name__ == "__main__":
         doc = json.loads(p.read_text())
         asym = asymptotic_bandwidth(doc)
         print(p.name, {k: round(v, 3) for k, v in measured(p).items()}, f"GEMM floor {asym[1]:.1f} us/layer" if asym else "")
+    eff = {json.loads(p.read_text())["info"]["gpu"]: measured(p) for p in sorted(DATA.glob("kernels-*.json"))}
+    for p in sorted(DATA.glob("layer-floor-*.json")):
+        doc = json.loads(p.read_text())
+        e = eff[doc["info"]["gpu"]]
+        fl = layer_floors(doc, e["bw_weights"], e["bw_kv"])
+        print(p.name, f"layer floor median {statistics.median(fl):.1f} us ({min(fl):.1f}-{max(fl):.1f} over {len(fl)} steps)")
     print("priors", measured_priors())
