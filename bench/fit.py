@@ -70,7 +70,6 @@ values replaced; the file itself is never edited.
 from __future__ import annotations
 
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -78,93 +77,19 @@ from dataclasses import dataclass, field
 from bench import rows as R
 from bench.rows import METRICS
 
-ARCH_FIELDS = {
-    "mfu": (0.2, 1.0),
-    "mfu_fp8": (0.2, 1.0),
-    "mfu_attn": (0.2, 1.0),
-    "bw_weights": (0.2, 1.0),
-    "bw_kv": (0.2, 1.0),
-}
-LINK_FIELDS = {"link_eff": (0.05, 1.0), "allreduce_us": (1.0, 300.0)}
-ENGINE_FIELDS = {"step_us": (20.0, 10000.0), "layer_us": (1.0, 200.0), "stream_token_us": (10.0, 1000.0)}
-# Fitted for one engine only: SGLang's time before a request's first token beyond its prefill
-# (tokenizer manager, scheduler and detokenizer processes), which no datasheet gives and which
-# three published SGLang sources measure (datacrunch, gpustack, sglcookbook).
-SINGLE_FIELDS = {"engine.sglang.request_ms": (1.0, 500.0)}
-CAP = math.log(3.0)
-# The prior: each parameter's hand-set (datasheet / literature) value, with a log-normal
-# spread of PRIOR_SIGMA. Moving a parameter by a factor r costs
-# PRIOR_WEIGHT * (ln r / PRIOR_SIGMA)^2 / 2, in the objective's units (one capped |log ratio|
-# term). Without it a parameter that few training rows touch drifts to a bound on them
-# (sglang's step_us to 5000 us on one row, mfu_attn to 0.2 or 1.0) and the held-out source
-# pays; see the module docstring for the measured effect.
-PRIOR_SIGMA = float(os.environ.get("KNEE_FIT_PRIOR_SIGMA", "0.25"))
-PRIOR_WEIGHT = float(os.environ.get("KNEE_FIT_PRIOR_WEIGHT", "4.0"))
-
-
-# Priors no datasheet or paper pins down get a wide spread: NCCL all-reduce over PCIe, with
-# and without peer-to-peer (g5/g6/g6e stage it through host memory), has no published
-# per-call figure we trust, so the rows decide.
-PRIOR_SIGMA_BY_NAME = {
-    "interconnect.pcie.link_eff": 1.0,
-    "interconnect.pcie.allreduce_us": 1.0,
-    "interconnect.pcie-host.link_eff": 1.0,
-    "interconnect.pcie-host.allreduce_us": 1.0,
-    "engine.vllm.stream_token_us": 1.0,
-    "engine.sglang.stream_token_us": 1.0,
-    "interconnect.nvlink.allreduce_us": 1.0,
-    "engine.sglang.request_ms": 1.0,
-}
-
-
-# Priors that differ from the shipped calibration.toml value because the shipped value was
-# fitted on published rows: leave-one-source-out must not see the held-out source through
-# its prior. (Every other prior is the hand-set calibration.toml value.)
-# NVLink's all-reduce cost was set on published TP2-8 rows (calibration.toml), so its prior is
-# the earlier 5 us (the kernels' own latency) with a wide spread.
-PRIOR_OVERRIDES = {
-    "interconnect.pcie-host.link_eff": 0.13,
-    "interconnect.pcie-host.allreduce_us": 60.0,
-    "interconnect.nvlink.allreduce_us": 5.0,
-    "engine.sglang.request_ms": 10.0,
-    "engine.sglang.stream_token_us": 80.0,
-}
-# Priors measured on a GPU (bench/kernel_priors.py: Hopper's five efficiencies from
-# bench/gpu_kernels.py on an H100 and an H200) replace the hand-set ones, so leave-one-source-out
-# on Hopper rows no longer starts from values people chose while looking at those rows.
-# KNEE_FIT_MEASURED_PRIORS=0 goes back to the hand-set priors, for comparison.
-USE_MEASURED_PRIORS = os.environ.get("KNEE_FIT_MEASURED_PRIORS", "1") != "0"
-
-
-def prior_cost(value: float, prior: float, name: str = "") -> float:
-    """The penalty for moving a parameter from its prior (see :data:`PRIOR_WEIGHT`)."""
-    if PRIOR_WEIGHT <= 0:
-        return 0.0
-    z = math.log(value / prior) / PRIOR_SIGMA_BY_NAME.get(name, PRIOR_SIGMA)
-    return PRIOR_WEIGHT * z * z / 2
-
-
-def parameters() -> dict[str, tuple[float, float, float]]:
-    """Every fittable parameter as name -> (hand-set value, lower bound, upper bound); names are
-    ``architecture.<arch>.<field>`` and ``engine.<profile>.step_us`` (the keys that
-    :func:`core.estimate.params.calibration_with` takes)."""
-    from core.estimate.params import _calibration_file
-
-    from bench.kernel_priors import measured_priors
-
-    cal = _calibration_file()
-    priors = {**(measured_priors() if USE_MEASURED_PRIORS else {}), **PRIOR_OVERRIDES}
-    out = {}
-    for sec, fields in (("architecture", ARCH_FIELDS), ("interconnect", LINK_FIELDS), ("engine", ENGINE_FIELDS)):
-        for name, tab in cal[sec].items():
-            for f, (lo, hi) in fields.items():
-                if f in tab:
-                    key = f"{sec}.{name}.{f}"
-                    out[key] = (float(priors.get(key, tab[f])), lo, hi)
-    for key, (lo, hi) in SINGLE_FIELDS.items():
-        sec, name, f = key.split(".")
-        out[key] = (float(priors.get(key, cal[sec][name][f])), lo, hi)
-    return out
+from bench.fit_priors import (  # noqa: F401  (re-exported: the fit's priors and bounds)
+    ARCH_FIELDS,
+    CAP,
+    ENGINE_FIELDS,
+    LINK_FIELDS,
+    PRIOR_SIGMA,
+    PRIOR_SIGMA_BY_NAME,
+    PRIOR_WEIGHT,
+    SINGLE_FIELDS,
+    USE_MEASURED_PRIORS,
+    parameters,
+    prior_cost,
+)
 
 
 def source_of(row: dict, key: str = "id") -> str:
