@@ -9,15 +9,17 @@ What is fitted (:func:`parameters`): per GPU architecture of ``calibration.toml`
 efficiency factors ``mfu``, ``mfu_fp8``, ``mfu_attn``, ``bw_weights`` and ``bw_kv``; per
 interconnect (``nvlink``, ``pcie``: an A10G all-reduces like an L40S, not like an A100)
 ``link_eff`` and ``allreduce_us``; and per engine profile the host overhead per step
-``step_us`` (and vLLM's per-token API-server streaming cost ``stream_token_us``). Nothing per source and nothing per row. Bounds keep each physical: fractions of
-a peak in [0.2, 1.0] (``link_eff`` [0.05, 1.0]), ``allreduce_us`` in [1, 300] us,
-``step_us`` in [20, 10000] us. A parameter no training row's prediction depends on (no row
-of that architecture or engine profile, or no row that exercises it: ``link_eff`` without a
-TP>1 row, ``mfu_fp8`` without an FP8 row) keeps its ``calibration.toml`` value and is listed
-as fixed.
+``step_us``, the fixed GPU cost per layer ``layer_us`` (and vLLM's per-token API-server
+streaming cost ``stream_token_us``). Nothing per source and nothing per row. Bounds keep each
+physical: fractions of a peak in [0.2, 1.0] (``link_eff`` [0.05, 1.0]), ``allreduce_us`` in
+[1, 300] us, ``step_us`` in [20, 10000] us, ``layer_us`` in [1, 200] us. A parameter no
+training row's prediction depends on (no row of that architecture or engine profile, or no
+row that exercises it: ``link_eff`` without a TP>1 row, ``mfu_fp8`` without an FP8 row)
+keeps its prior and is listed as fixed.
 
-The prior (:data:`PRIOR_WEIGHT`, :data:`PRIOR_SIGMA`): each parameter is pulled toward its
-``calibration.toml`` value, a log-normal penalty of spread 0.25 (about ±28%; PCIe all-reduce,
+The prior (:mod:`bench.fit_priors`: :data:`PRIOR_WEIGHT`, :data:`PRIOR_SIGMA`): each parameter
+is pulled toward its prior (the hand-set value frozen there, or a GPU's measurement), a
+log-normal penalty of spread 0.25 (about ±28%; PCIe all-reduce,
 which no datasheet pins down, 1.0), so a parameter that a few training rows touch cannot run
 to a bound on them. Measured on ``measurements.jsonl`` (87 rows, 9 sources): without the
 prior the LOSO median APE was TTFT 26%, ITL 27%, E2E 47%, out tok/s 14%, 11-42 points above

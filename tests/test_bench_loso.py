@@ -110,18 +110,18 @@ def test_sim_accuracy_loso(rows_path, capsys):
 
 
 def test_the_prior_holds_parameters_that_the_rows_barely_move(monkeypatch):
-    """With the prior's weight near infinity every parameter keeps its calibration.toml value;
-    without it the same rows move some; the penalty is zero at the prior and grows both ways."""
-    from bench import fit
+    """With the prior's weight near infinity every parameter keeps its prior; without it the
+    same rows move some; the penalty is zero at the prior and grows both ways."""
+    from bench import fit, fit_priors
 
     assert fit.prior_cost(0.5, 0.5) == 0.0
     assert fit.prior_cost(0.6, 0.5) > 0 and fit.prior_cost(0.5 / 1.2, 0.5) == pytest.approx(fit.prior_cost(0.6, 0.5))
     # PCIe all-reduce has no datasheet value: its spread is wider, so moving it costs less
     assert fit.prior_cost(60.0, 30.0, "interconnect.pcie.allreduce_us") < fit.prior_cost(0.8, 0.4, "interconnect.nvlink.link_eff")
     its, _ = fit.items(ROWS)
-    monkeypatch.setattr(fit, "PRIOR_WEIGHT", 0.0)
+    monkeypatch.setattr(fit_priors, "PRIOR_WEIGHT", 0.0)  # where prior_cost reads it
     free = fit.fit(its)
-    monkeypatch.setattr(fit, "PRIOR_WEIGHT", 1e9)
+    monkeypatch.setattr(fit_priors, "PRIOR_WEIGHT", 1e9)
     held = fit.fit(its)
     assert free.changed, "the rows should move some parameter when nothing holds it"
     assert held.changed == {}
