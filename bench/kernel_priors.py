@@ -6,7 +6,10 @@ a decode step's kernels reach on the GPU it runs on; its JSON output for each GP
 lives in ``bench/data/kernels-<gpu>.json`` (H100 SXM and H200, 2026-11-24, PyTorch 2.11 +
 CUDA 13.0). :func:`measured_priors` turns them into ``bench/fit.py`` priors per architecture:
 
-- ``mfu``, ``mfu_fp8``: large GEMMs (M >= 4096) on Llama-3.1-8B's four linear shapes;
+- ``mfu``: whole compiled prefill layers less their attention, 2048 and 8192 tokens, four
+  shapes (``bench/data/prefill-<gpu>.json``, bench/gpu_prefill_layers.py); where a GPU has no
+  such file, large GEMMs alone (M >= 4096) on Llama-3.1-8B's four linear shapes;
+- ``mfu_fp8``: large FP8 GEMMs alone;
 - ``mfu_attn``: causal flash attention on 2-8k-token prefills;
 - ``bw_kv``: decode attention over a contiguous KV cache (vLLM's is paged: a little slower);
 - ``bw_weights``: the *asymptotic* weight-streaming bandwidth, the slope of
@@ -97,6 +100,13 @@ def measured_priors(data: Path = DATA) -> dict[str, float]:
         if not arch:
             continue
         own[gpu] = measured(path)
+        prefill = data / path.name.replace("kernels-", "prefill-")
+        if prefill.exists():
+            # A whole compiled prefill layer less its attention (bench/gpu_prefill_layers.py) is
+            # what knee's mfu prices; the GEMMs alone reach a little more.
+            steps = [r["mfu_step_less_attn"] for r in json.loads(prefill.read_text()).get("rows", []) if "mfu_step_less_attn" in r]
+            if steps:
+                own[gpu]["mfu"] = statistics.median(steps)
         for f, v in own[gpu].items():
             per.setdefault(f"architecture.{arch}.{f}", []).append(v)
     floors = []

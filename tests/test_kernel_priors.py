@@ -30,3 +30,6 @@ def test_measured_priors_give_the_graph_engines_the_measured_floor():
     # bench/data/layer-floor-h100.json and -h200.json: medians 38.1 and 39.2 us.
     assert all(v == pytest.approx(38.7, abs=0.1) for v in floors.values())
     assert priors["architecture.hopper.bw_weights"] == pytest.approx(0.847, abs=1e-3)
+    # mfu: the whole prefill layer less its attention (bench/data/prefill-h100.json, -h200.json:
+    # medians 0.68 and 0.655), not the GEMMs alone (0.678)
+    assert priors["architecture.hopper.mfu"] == pytest.approx(0.666, abs=2e-3)
