@@ -29,7 +29,7 @@ import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
-from bench.gpu_run import cpu_timer, cuda_torch, emit, parser, write
+from bench.gpu_run import check_parser, cpu_timer, cuda_torch, run_cases, write
 
 # name -> (hidden, query heads, KV heads, head_dim, MLP width, layers measured), before TP.
 # Layers measured: enough that the step's weights are gigabytes, far past any L2.
@@ -180,9 +180,7 @@ def measure_case(torch, peak: dict, shape: str, tp: int, timer, device: str, com
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, PEAKS)
-    ap.add_argument("--cpu-check", action="store_true", help="run tiny shapes on the CPU to check the script itself (no figures)")
-    args = ap.parse_args(argv)
+    args = check_parser(__doc__, PEAKS).parse_args(argv)
     torch = cuda_torch("gpu_layer_floor", need_gpu=not args.cpu_check)
     if torch is None:
         return 2
@@ -194,20 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         cases, timer, device, compile_layer = [("tiny", 1), ("tiny", 2)], cpu_timer, "cpu", False
     else:
         cases, timer, device, compile_layer = CASES, (lambda fn: graph_time_s(fn, torch, replays=3, repeats=5)), "cuda", True
-    for shape, tp in cases:
-        if time.time() - began > BUDGET_S:
-            rows.append({"what": "layer_floor", "shape": shape, "tp": tp, "error": f"not measured: past the {BUDGET_S:.0f} s budget"})
-            emit(rows[-1])
-            continue
-        n = len(rows)
-        try:
-            measure_case(torch, peak, shape, tp, timer, device, compile_layer, rows)
-        except Exception as exc:  # noqa: BLE001 - one case failing must not lose the rest
-            rows.append({"what": "layer_floor", "shape": shape, "tp": tp, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-            if device == "cuda":
-                torch.cuda.empty_cache()
-        for r in rows[n:]:
-            emit(r)
+    run_cases(torch, "layer_floor", cases, lambda c: measure_case(torch, peak, c[0], c[1], timer, device, compile_layer, rows), rows, began, BUDGET_S)
     write(args.out, torch, args.gpu, peak, began, rows, ctx=CTX, batches=list(BATCHES))
     return 0
 

@@ -30,7 +30,7 @@ import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
-from bench.gpu_run import cpu_timer, cuda_torch, emit, parser, write
+from bench.gpu_run import check_parser, cpu_timer, cuda_torch, emit, write
 
 # hidden, moe_intermediate, routed experts, top-k: from the bundled configs
 # (core/catalog/data/models/*.json).
@@ -135,9 +135,7 @@ def measure(torch, peak: dict, out: list, timer, device: str, models: dict, tps,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, PEAKS)
-    ap.add_argument("--cpu-check", action="store_true", help="run tiny shapes on the CPU to check the script itself (no figures)")
-    args = ap.parse_args(argv)
+    args = check_parser(__doc__, PEAKS).parse_args(argv)
     torch = cuda_torch("gpu_moe_kernels", need_gpu=not args.cpu_check)
     if torch is None:
         return 2

@@ -23,7 +23,7 @@ import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
 from bench.gpu_layer_floor import SHAPES, build, shard
-from bench.gpu_run import cpu_timer, cuda_torch, emit, parser, write
+from bench.gpu_run import check_parser, cpu_timer, cuda_torch, run_cases, write
 
 CASES = [("llama-8b", 1, 4), ("qwen3-32b", 1, 4), ("llama-70b", 8, 8), ("llama-70b", 2, 4)]  # (shape, TP, layers)
 TOKENS = (2048, 8192)
@@ -134,9 +134,7 @@ def measure_case(torch, peak: dict, shape: str, tp: int, n_layers: int, tokens, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = parser(__doc__, PEAKS)
-    ap.add_argument("--cpu-check", action="store_true", help="run tiny shapes on the CPU to check the script itself (no figures)")
-    args = ap.parse_args(argv)
+    args = check_parser(__doc__, PEAKS).parse_args(argv)
     torch = cuda_torch("gpu_prefill_layers", need_gpu=not args.cpu_check)
     if torch is None:
         return 2
@@ -148,20 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         cases, timer, device, compile_layer, tokens = [("tiny", 1, 2), ("tiny", 2, 2)], cpu_timer, "cpu", False, (64, 128)
     else:
         cases, timer, device, compile_layer, tokens = CASES, (lambda fn: graph_time_s(fn, torch, replays=2, repeats=5)), "cuda", True, TOKENS
-    for shape, tp, n_layers in cases:
-        if time.time() - began > BUDGET_S:
-            rows.append({"what": "prefill_layer", "shape": shape, "tp": tp, "error": f"not measured: past the {BUDGET_S:.0f} s budget"})
-            emit(rows[-1])
-            continue
-        n = len(rows)
-        try:
-            measure_case(torch, peak, shape, tp, n_layers, tokens, timer, device, compile_layer, rows)
-        except Exception as exc:  # noqa: BLE001 - one case failing must not lose the rest
-            rows.append({"what": "prefill_layer", "shape": shape, "tp": tp, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-            if device == "cuda":
-                torch.cuda.empty_cache()
-        for r in rows[n:]:
-            emit(r)
+
+    def one(case):
+        measure_case(torch, peak, case[0], case[1], case[2], tokens, timer, device, compile_layer, rows)
+
+    run_cases(torch, "prefill_layer", cases, one, rows, began, BUDGET_S)
     write(args.out, torch, args.gpu, peak, began, rows, tokens=list(tokens))
     return 0
 

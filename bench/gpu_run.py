@@ -19,6 +19,34 @@ def parser(doc: str, peaks: dict) -> argparse.ArgumentParser:
     return ap
 
 
+def check_parser(doc: str, peaks: dict) -> argparse.ArgumentParser:
+    """:func:`parser` with ``--cpu-check``: tiny shapes on the CPU, to check a script's logic
+    where there is no GPU (no figures)."""
+    ap = parser(doc, peaks)
+    ap.add_argument("--cpu-check", action="store_true", help="run tiny shapes on the CPU to check the script itself (no figures)")
+    return ap
+
+
+def run_cases(torch, what: str, cases: list[tuple], measure_one, rows: list, began: float, budget_s: float) -> None:
+    """``measure_one(case)`` for each ``(shape, tp, ...)`` case, appending to ``rows`` and
+    printing what each added. A case started past ``budget_s`` (a lease's run must end with its
+    rows) or one that raises becomes a row with its reason; the rest go on."""
+    for case in cases:
+        label = {"what": what, "shape": case[0], "tp": case[1]}
+        n = len(rows)
+        if time.time() - began > budget_s:
+            rows.append({**label, "error": f"not measured: past the {budget_s:.0f} s budget"})
+        else:
+            try:
+                measure_one(case)
+            except Exception as exc:  # noqa: BLE001 - one case failing must not lose the rest
+                rows.append({**label, "error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        for r in rows[n:]:
+            emit(r)
+
+
 def cuda_torch(tool: str, need_gpu: bool = True):
     """PyTorch, with a CUDA GPU visible unless ``need_gpu`` is False; None after saying why not."""
     try:
