@@ -76,7 +76,9 @@ def wave(
     dp = cfg.dp
     c = concurrency / dp
     w = max(1.0, min(c, cap))
-    ovh, tail = cm.request_overhead_s, cm.output_token_overhead_s * O
+    tok = cm.output_token_overhead_s
+    # The first token's pass through the API server is in the TTFT, the others' in the TPOT.
+    ovh, tail = cm.request_overhead_s + tok, tok * dec
     Ic = I - cached  # prompt tokens each request computes (the rest are prefix-cache hits)
     tokens = w * Ic
     per_step = prefill_tokens_per_step(shape, Ic, budget)
@@ -95,7 +97,6 @@ def wave(
     x = w / wave
     wait = max(0.0, c / x - wave)  # beyond the cap, requests wait whole waves
     e2e = wait + wave
-    tok = cm.output_token_overhead_s
     # The first wave's requests (a share f1 of the run) wait for the prompts before theirs;
     # the later ones for their own chunk only (the same when every prompt fits one step).
     grid = [ttft_in((j + 1) / 64) for j in range(64)]
