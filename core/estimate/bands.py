@@ -2,8 +2,9 @@
 
 ``bands.json`` (written by ``python -m bench.accuracy FILES --bands-out``, see bench/bands.py)
 holds, per metric, the 10th and 90th percentile of measured/predicted over published
-measurements (bench/data/published.jsonl: of the estimator's parameters only the NVLink
-all-reduce cost and SGLang's per-request time were set on them). A prediction ``v`` is shown as ``v`` with a low
+measurements (the calibration file and bench/data/published.jsonl), each row predicted by
+parameters fitted without its source (leave-one-source-out): the shipped parameters are
+fitted on those rows, so their own residuals would be too narrow. A prediction ``v`` is shown as ``v`` with a low
 ``v·low_ratio`` and a high ``v·high_ratio``: for latencies the high is the pessimistic edge,
 for throughputs the low is. They are wide where knee is unsure, on purpose: sizing an
 endpoint on the optimistic number under-provisions it.
