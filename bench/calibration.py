@@ -8,7 +8,7 @@ every point measured before it) and the measurement. Summary: median APE on outp
 throughput and TPOT over the points after the first three (the goal: calibrated <= 10%).
 No assertions (tests/test_calibration_realvllm.py asserts the mechanism).
 
-    .venv/bin/python bench/calibration.py [--prompts-per-slot 8] [--len 64] [--save F | --points F]
+    .venv/bin/python bench/calibration.py [--prompts-per-slot 8] [--len 64] [--split-cores] [--save F | --points F]
 """
 
 from __future__ import annotations
