@@ -22,7 +22,7 @@ import sys
 import time
 
 from bench.gpu_kernels import PEAKS, graph_time_s
-from bench.gpu_layer_floor import SHAPES, build, shard
+from bench.gpu_layer_floor import SHAPES, build, norm_and_rope, shard
 from bench.gpu_run import check_parser, cpu_timer, cuda_torch, run_cases, write
 
 CASES = [("llama-8b", 1, 4), ("qwen3-32b", 1, 4), ("llama-70b", 8, 8), ("llama-70b", 2, 4)]  # (shape, TP, layers)
@@ -36,13 +36,7 @@ def make_prefill_layer(torch, s: dict):
     q_out, kv_out, kv, d, heads = s["heads"] * s["d"], s["kv"] * s["d"], s["kv"], s["d"], s["heads"]
     group = heads // kv
 
-    def rms(x, w):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
-
-    def rope(x, cos, sin):
-        x1, x2 = x.chunk(2, dim=-1)
-        return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    rms, rope = norm_and_rope(torch)
 
     def layer(x, lay, kc, vc, cos, sin):
         t = x.shape[0]
