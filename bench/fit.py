@@ -77,21 +77,8 @@ import time
 from dataclasses import dataclass, field
 
 from bench import rows as R
+from bench.fit_priors import CAP, parameters, prior_cost
 from bench.rows import METRICS
-
-from bench.fit_priors import (  # noqa: F401  (re-exported: the fit's priors and bounds)
-    ARCH_FIELDS,
-    CAP,
-    ENGINE_FIELDS,
-    LINK_FIELDS,
-    PRIOR_SIGMA,
-    PRIOR_SIGMA_BY_NAME,
-    PRIOR_WEIGHT,
-    SINGLE_FIELDS,
-    USE_MEASURED_PRIORS,
-    parameters,
-    prior_cost,
-)
 
 
 def source_of(row: dict, key: str = "id") -> str:

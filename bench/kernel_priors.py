@@ -87,17 +87,14 @@ def layer_floors(doc: dict, bw_weights: float, bw_kv: float) -> list[float]:
     ]
 
 
-def measured_priors(data: Path = DATA) -> dict[str, float]:
-    """``architecture.<arch>.<field>`` -> the mean over that architecture's measured GPUs, and
-    ``engine.<graph engine>.layer_us`` -> the mean over GPUs of each one's median layer floor,
-    measured against that GPU's own bandwidth fractions."""
-    per: dict[str, list[float]] = {}
+def gpu_efficiencies(data: Path = DATA) -> dict[str, dict[str, float]]:
+    """Per measured GPU (its name in the files), the efficiencies its files give, by
+    calibration.toml field name: ``kernels-<gpu>.json``'s, with ``mfu`` from
+    ``prefill-<gpu>.json`` where there is one."""
     own: dict[str, dict[str, float]] = {}
     for path in sorted(data.glob("kernels-*.json")):
-        doc = json.loads(path.read_text())
-        gpu = doc.get("info", {}).get("gpu", "")
-        arch = ARCHITECTURE.get(gpu)
-        if not arch:
+        gpu = json.loads(path.read_text()).get("info", {}).get("gpu", "")
+        if gpu not in ARCHITECTURE:
             continue
         own[gpu] = measured(path)
         prefill = data / path.name.replace("kernels-", "prefill-")
@@ -107,14 +104,31 @@ def measured_priors(data: Path = DATA) -> dict[str, float]:
             steps = [r["mfu_step_less_attn"] for r in json.loads(prefill.read_text()).get("rows", []) if "mfu_step_less_attn" in r]
             if steps:
                 own[gpu]["mfu"] = statistics.median(steps)
-        for f, v in own[gpu].items():
-            per.setdefault(f"architecture.{arch}.{f}", []).append(v)
-    floors = []
+    return own
+
+
+def gpu_layer_floors(own: dict[str, dict[str, float]], data: Path = DATA) -> dict[str, list[float]]:
+    """Per GPU with a ``layer-floor-<gpu>.json``, :func:`layer_floors` of its steps against
+    that GPU's own bandwidth fractions (``own``: :func:`gpu_efficiencies`)."""
+    out = {}
     for path in sorted(data.glob("layer-floor-*.json")):
         doc = json.loads(path.read_text())
-        eff = own.get(doc.get("info", {}).get("gpu", ""))
+        gpu = doc.get("info", {}).get("gpu", "")
+        eff = own.get(gpu)
         if eff and "bw_weights" in eff and "bw_kv" in eff:
-            floors.append(statistics.median(layer_floors(doc, eff["bw_weights"], eff["bw_kv"])))
+            out[gpu] = layer_floors(doc, eff["bw_weights"], eff["bw_kv"])
+    return out
+
+
+def measured_priors(data: Path = DATA) -> dict[str, float]:
+    """``architecture.<arch>.<field>`` -> the mean over that architecture's measured GPUs, and
+    ``engine.<graph engine>.layer_us`` -> the mean over GPUs of each one's median layer floor."""
+    own = gpu_efficiencies(data)
+    per: dict[str, list[float]] = {}
+    for gpu, eff in own.items():
+        for f, v in eff.items():
+            per.setdefault(f"architecture.{ARCHITECTURE[gpu]}.{f}", []).append(v)
+    floors = [statistics.median(fl) for fl in gpu_layer_floors(own, data).values() if fl]
     if floors:
         for engine in GRAPH_ENGINES:
             per[f"engine.{engine}.layer_us"] = [statistics.fmean(floors)]
@@ -122,14 +136,12 @@ def measured_priors(data: Path = DATA) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    own = gpu_efficiencies()
     for p in sorted(DATA.glob("kernels-*.json")):
         doc = json.loads(p.read_text())
         asym = asymptotic_bandwidth(doc)
-        print(p.name, {k: round(v, 3) for k, v in measured(p).items()}, f"GEMM floor {asym[1]:.1f} us/layer" if asym else "")
-    eff = {json.loads(p.read_text())["info"]["gpu"]: measured(p) for p in sorted(DATA.glob("kernels-*.json"))}
-    for p in sorted(DATA.glob("layer-floor-*.json")):
-        doc = json.loads(p.read_text())
-        e = eff[doc["info"]["gpu"]]
-        fl = layer_floors(doc, e["bw_weights"], e["bw_kv"])
-        print(p.name, f"layer floor median {statistics.median(fl):.1f} us ({min(fl):.1f}-{max(fl):.1f} over {len(fl)} steps)")
+        eff = own.get(doc.get("info", {}).get("gpu", ""), {})
+        print(p.name, {k: round(v, 3) for k, v in eff.items()}, f"GEMM floor {asym[1]:.1f} us/layer" if asym else "")
+    for gpu, fl in gpu_layer_floors(own).items():
+        print(f"{gpu}: layer floor median {statistics.median(fl):.1f} us ({min(fl):.1f}-{max(fl):.1f} over {len(fl)} steps)")
     print("priors", measured_priors())

@@ -20,7 +20,7 @@ import argparse
 import json
 import time
 
-from bench import fit
+from bench import fit, fit_priors
 from bench import rows as R
 from bench.rows import LABELS, METRICS
 
@@ -68,7 +68,7 @@ def run(train_paths, test_paths) -> dict:
         "fitted": _medians(fitted),
         "by_gpu": by_gpu,
         "changed": {k: list(v) for k, v in f.changed.items()},
-        "prior": {"sigma": fit.PRIOR_SIGMA, "weight": fit.PRIOR_WEIGHT},
+        "prior": {"sigma": fit_priors.PRIOR_SIGMA, "weight": fit_priors.PRIOR_WEIGHT},
         "seconds": round(time.perf_counter() - t0, 1),
     }
 

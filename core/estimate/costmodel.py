@@ -220,6 +220,10 @@ class CostModel:
         self._per_seq = prof["seq_us"] * 1e-6
         self.request_overhead_s = prof["request_ms"] * 1e-3
         self.output_token_overhead_s = prof["output_token_us"] * 1e-6
+        # Before a request's first token: its own overhead and the API server's pass of that
+        # token; the other tokens' passes fall in the TPOT (as the simulator streams them), so
+        # E2E = TTFT + (O - 1) x TPOT holds with all O passes.
+        self.first_token_overhead_s = self.request_overhead_s + self.output_token_overhead_s
         # The API server streams each running sequence's token of every step (detokenize,
         # one SSE event) from one process, overlapped with the GPU: a step cannot deliver its
         # tokens faster than seqs x this, whatever the GPU does.

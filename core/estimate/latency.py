@@ -58,9 +58,7 @@ def finish(
     per request class and the mean seconds from first to last token
     (:class:`core.estimate.waves.BurstTPOT`)."""
     I, O = shape.input_len, shape.output_len
-    # The API server handles every streamed token, the first too: its pass is in the TTFT,
-    # the others' in the TPOT, so E2E = TTFT + (O - 1) x TPOT holds with all O of them.
-    ovh = cm.request_overhead_s + cm.output_token_overhead_s
+    ovh = cm.first_token_overhead_s
     chunked = shape.chunked
     dec = max(O - 1.0, 0.0)
     # Closed loop: a new request finds the others running; open loop and bursts: all of them.

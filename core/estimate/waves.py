@@ -77,8 +77,7 @@ def wave(
     c = concurrency / dp
     w = max(1.0, min(c, cap))
     tok = cm.output_token_overhead_s
-    # The first token's pass through the API server is in the TTFT, the others' in the TPOT.
-    ovh, tail = cm.request_overhead_s + tok, tok * dec
+    ovh, tail = cm.first_token_overhead_s, tok * dec  # the other O - 1 tokens' API-server passes
     Ic = I - cached  # prompt tokens each request computes (the rest are prefix-cache hits)
     tokens = w * Ic
     per_step = prefill_tokens_per_step(shape, Ic, budget)
