@@ -86,11 +86,13 @@ def run(path, loso: bool = False, key: str = "id", sources: list[str] | None = N
             kn_err = None
         except KneeError as e:
             kn, kn_err = {}, str(e)
+        except Exception as e:  # noqa: BLE001 - the report goes on; knee's own defect is named as one
+            kn, kn_err = {}, f"knee failed: {type(e).__name__}: {e}"
         try:
             lp = predict_lo(row, dict(cfg))
             lo_err = None
-        except (lo.Unsupported, KeyError, ZeroDivisionError) as e:
-            lp, lo_err = {}, str(e)
+        except Exception as e:  # noqa: BLE001 - the peer's formulas refusing a row is its answer
+            lp, lo_err = {}, str(e) if isinstance(e, lo.Unsupported) else f"{type(e).__name__}: {e}"
         results.append(
             {
                 "id": row["id"],

@@ -133,16 +133,47 @@ def unpredictable(row: dict) -> str | None:
     return None if ok else f"{mode} row whose {field} {v!r} is not a positive number"
 
 
+def unusable(row: dict) -> str | None:
+    """Why the row's server cannot be built, or None: no metrics, a GPU the catalog does not
+    know, a topology or a length that is not a positive number."""
+    from core.errors import KneeError
+
+    if not isinstance(row.get("metrics"), dict):
+        return "no metrics object"
+    try:
+        gpu_of(row)
+    except KneeError as e:
+        return str(e)
+    except KeyError:
+        return "no gpu field"
+    for field in ("tp", "replicas", "num_gpus"):
+        v = row.get(field)
+        if v is not None and not (isinstance(v, (int, float)) and v >= 1 and float(v).is_integer()):
+            return f"{field} {v!r} is not a positive integer"
+    for field in ("input_len", "output_len"):
+        v = row["workload"].get(field)
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            return f"workload {field} {v!r} is not a positive number"
+    return None
+
+
 def with_config(rows: list[dict], skipped: list[dict]):
     """Each row that can be predicted, as (row, HF config, ModelArch): its load is complete
-    (:func:`unpredictable`) and its architecture has a bundled config. The others are
-    appended to ``skipped`` as {"id", "reason"}, in order, as they are met."""
+    (:func:`unpredictable`), its server can be built (:func:`unusable`) and its architecture
+    has a bundled config at a precision knee knows. The others are appended to ``skipped``
+    as {"id", "reason"}, in order, as they are met: a harness never stops on a row."""
+    from core.errors import KneeError
+
     for row in rows:
-        why = unpredictable(row)
+        why = unpredictable(row) or unusable(row)
         if why is not None:
             skipped.append({"id": row.get("id"), "reason": why})
             continue
-        ref, cfg, arch = resolve(row)
+        try:
+            ref, cfg, arch = resolve(row)
+        except KneeError as e:
+            skipped.append({"id": row.get("id"), "reason": f"{row.get('architecture_of') or row.get('model')}: {e}"})
+            continue
         if cfg is None:
             skipped.append({"id": row.get("id"), "reason": f"no bundled config for {ref}"})
             continue

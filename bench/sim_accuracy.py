@@ -142,6 +142,8 @@ def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "
             err = None
         except KneeError as e:
             sim, res, err = {}, None, str(e)
+        except Exception as e:  # noqa: BLE001 - the report goes on; knee's own defect is named as one
+            sim, res, err = {}, None, f"knee failed: {type(e).__name__}: {e}"
         meas = R.measured(row)
         results.append(
             {

@@ -64,6 +64,16 @@ def test_lookup_by_alias_and_errors():
     assert get_instance("g6.12xlarge").name == "ml.g6.12xlarge"
     with pytest.raises(BadInput, match="unknown GPU 'H1000'.*did you mean"):
         get_gpu("H1000")
+    # The device names NVML and nvidia-smi report (what a sweep's store records).
+    assert get_gpu("NVIDIA H100 80GB HBM3").name == "H100-SXM"
+    assert get_gpu("NVIDIA A100-SXM4-80GB").name == "A100-80GB"
+    assert get_gpu("NVIDIA H100 PCIe").name == "H100-PCIE"
+    assert get_gpu("NVIDIA GeForce RTX 4090").name == "RTX-4090"
+    assert get_gpu("NVIDIA RTX 6000 Ada Generation").name == "RTX-6000-Ada"
+    with pytest.raises(BadInput, match="unknown GPU 'Tesla T4'"):
+        get_gpu("Tesla T4")
+    with pytest.raises(BadInput, match="unknown GPU 'H100 turbo'"):  # no first-word guess for a user's typo
+        get_gpu("H100 turbo")
     with pytest.raises(BadInput, match="unknown SageMaker instance"):
         get_instance("ml.g9.huge")
 

@@ -217,3 +217,25 @@ def test_mla_caches_one_latent_per_token_shared_by_every_head():
     assert llama.kv_values_per_token_layer(1) == 2 * 8 * 128
     assert llama.kv_values_per_token_layer(16) == 2 * 1 * 128  # 8 KV heads replicated over 16 GPUs
     assert llama.attention_flops_per_pair(decode=True) == llama.attention_flops_per_pair() == 4 * 4096
+
+
+@pytest.mark.parametrize(
+    "spelling, method",
+    [
+        ("bfloat16", "bf16"),
+        ("Float16", "fp16"),
+        ("half", "fp16"),
+        ("fp8_e4m3", "fp8"),
+        ("W8A8", "int8"),
+        ("awq_marlin", "awq"),
+        ("gptq-int4", "gptq"),
+        ("w4a16", "int4"),
+        ("modelopt_fp4", "nvfp4"),
+    ],
+)
+def test_a_precision_reads_in_the_spellings_users_and_vllm_use(spelling, method):
+    """`--precision bfloat16` (a config's dtype name) or vLLM's `--quantization awq_marlin`
+    mean the formats knee prices; the weights come out as the canonical name's."""
+    arch = load_model("meta-llama/Llama-3.1-8B", precision=spelling)
+    assert arch.quantization.method == method
+    assert arch.weight_bytes == load_model("meta-llama/Llama-3.1-8B", precision=method).weight_bytes

@@ -12,6 +12,7 @@ fields, and :func:`instances_in` picks them.
 from __future__ import annotations
 
 import difflib
+import re
 import os
 import tomllib
 from functools import lru_cache
@@ -142,12 +143,29 @@ def _norm(s: str) -> str:
     return s.lower().replace("_", "-").replace(" ", "-")
 
 
-def get_gpu(name: str) -> GPU:
-    table = gpus()
+_VENDOR = re.compile(r"(?i)^(?:nvidia|tesla|geforce)[\s_-]+")
+
+
+def _lookup(table: dict[str, GPU], name: str) -> GPU | None:
     wanted = _norm(name)
     for gpu in table.values():
         if wanted == _norm(gpu.name) or wanted in (_norm(a) for a in gpu.aliases):
             return gpu
+    return None
+
+
+def get_gpu(name: str) -> GPU:
+    """The catalog's GPU for a name, an alias, or the device name NVML and nvidia-smi
+    report ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"): the vendor
+    prefix dropped, then, for such a device name only, its first word ("H100")."""
+    table = gpus()
+    gpu = _lookup(table, name)
+    seen, bare = name.strip(), _VENDOR.sub("", name.strip())
+    while gpu is None and bare != seen:  # a device name: vendor prefixes stripped
+        gpu = _lookup(table, bare) or _lookup(table, bare.split(" ")[0])
+        seen, bare = bare, _VENDOR.sub("", bare)
+    if gpu is not None:
+        return gpu
     close = difflib.get_close_matches(name, list(table), n=3, cutoff=0.3)
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(table)}"
     raise BadInput(f"unknown GPU {name!r}", hint + " Add your own in ~/.config/knee/catalog.toml")

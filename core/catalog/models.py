@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import BadInput
-from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
+from core.catalog.quantization import config_dtype, quantization_of
+from core.spec.model import ModelArch
 
 # Interleaved local/global attention, when a config has no layer_types: one layer in every
 # this many attends globally, the others over the sliding window.
 _SLIDING_EVERY = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "gemma4": 6, "gemma4_text": 6, "cohere2": 4}
-_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
 # What ``tie_word_embeddings`` means when a config.json leaves it out: the default of the
 # model type's own config class, as transformers reads it. Checked in transformers 5.23.0
@@ -224,37 +224,6 @@ def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
-def _quantization(cfg: dict[str, Any], precision: str | None) -> Quantization:
-    if precision:
-        p = precision.lower()
-        if p not in WEIGHT_BYTES:
-            raise BadInput(f"unknown precision {precision!r}", "use bf16, fp16, fp8, int8, int4, awq, gptq or mxfp4")
-        native = _quantization(cfg, None)
-        if native.method == p:  # the checkpoint's own format: keep what its config says of it
-            return native
-        if p in ("bf16", "fp16", "fp32"):
-            return Quantization(method=p, scope="all")
-        return Quantization(method=p, scope="experts" if p == "mxfp4" else "linear")
-    q = cfg.get("quantization_config") or {}
-    method = str(q.get("quant_method", "")).lower()
-    if method == "mxfp4":
-        return Quantization(method="mxfp4", scope="experts")
-    if method in ("awq", "gptq"):
-        bits = int(q.get("bits", q.get("w_bit", 4)))
-        return Quantization(method=method if bits == 4 else "int8", scope="linear")
-    if method in ("fp8", "fbgemm_fp8") or "fp8" in json.dumps(q).lower():
-        return Quantization(method="fp8", scope="linear", block_scaled=bool(q.get("weight_block_size")))
-    if method in ("compressed-tensors", "bitsandbytes"):
-        bits = q.get("bits") or 8
-        return Quantization(method="int8" if int(bits) == 8 else "int4", scope="linear")
-    dtype = _DTYPES.get(str(_get(cfg, "torch_dtype", "dtype", default="bfloat16")), "bf16")
-    if dtype == "fp32":
-        # A checkpoint saved in float32 (Gemma 2's) is served in 16 bits: vLLM's --dtype auto
-        # casts float32 weights down (to bf16 for Gemma 2, fp16 otherwise: 2 bytes either way).
-        dtype = "bf16"
-    return Quantization(method=dtype, scope="all")
-
-
 class _Fields:
     """Reads a config's integer fields, refusing what would make no model: a missing
     required field, a non-integer, zero or a negative count (one line naming the field)."""
@@ -371,7 +340,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
     if not sliding:
         window = None
 
-    dtype = _DTYPES.get(str(_get(cfg, "torch_dtype", "dtype", default="bfloat16")), "bf16")
+    dtype = config_dtype(cfg)
     try:
         return ModelArch(
             name=name,
@@ -400,7 +369,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
             sliding_window=int(window) if window else None,
             sliding_layers=sliding,
             dtype=dtype if dtype != "fp32" else "bf16",
-            quantization=_quantization(cfg, precision),
+            quantization=quantization_of(cfg, precision),
         )
     except ValueError as e:
         raise BadInput(f"config for {name!r} has impossible values: {str(e).splitlines()[0]}") from None

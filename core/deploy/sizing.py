@@ -6,7 +6,6 @@ hardware, and how many copies and instances serve the load at what cost. Used by
 from __future__ import annotations
 
 import math
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -47,17 +46,22 @@ class Sizing(BaseModel):
     weights_gib_per_gpu: float | None = None
 
 
-def _same_gpu(src: DeploySource, gpu_name: str) -> bool:
+def _catalog_gpu(src: DeploySource) -> str | None:
+    """The catalog's name of the GPU the trial ran on (the store may hold NVML's device
+    name, "NVIDIA H100 80GB HBM3", which get_gpu reads too); the name as stored where the
+    catalog does not know it, None where the trial names none."""
     from core.catalog import get_gpu
 
     if src.gpu is None:
-        return False
-    for cand in (src.gpu, re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu), re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu).split(" ")[0]):
-        try:
-            return get_gpu(cand).name == gpu_name
-        except BadInput:
-            continue
-    return False
+        return None
+    try:
+        return get_gpu(src.gpu).name
+    except BadInput:
+        return src.gpu
+
+
+def _same_gpu(src: DeploySource, gpu_name: str) -> bool:
+    return _catalog_gpu(src) == gpu_name
 
 
 def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float | None:
@@ -68,10 +72,10 @@ def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float 
     Returns GiB of weights per GPU."""
     from core.catalog import get_gpu, load_model
     from core.estimate.memory import plan_config_memory
-    from core.spec.model import WEIGHT_BYTES
+    from core.spec.model import precision_key
 
     cfg = src.config
-    precision = cfg.quantization.lower() if cfg.quantization and cfg.quantization.lower() in WEIGHT_BYTES else None
+    precision = precision_key(cfg.quantization)
     try:
         arch = load_model(cfg.model, precision=precision, offline=True)
     except BadInput:
@@ -95,20 +99,10 @@ def _fit_check(src: DeploySource, inst: Instance, warnings: list[str]) -> float 
 
 
 def _hardware_warnings(src: DeploySource, inst: Instance, gpus_per_copy: int, warnings: list[str]) -> None:
-    from core.catalog import get_gpu
-
     if src.gpu is None:
         warnings.append("the trial does not say which GPU it ran on: throughput and cost assume it was this instance's GPU")
         return
-    # The store may hold NVML's device name ("NVIDIA L4", "NVIDIA H100 80GB HBM3") rather
-    # than the catalog's; try it bare and without the vendor prefix.
-    measured = src.gpu
-    for cand in (src.gpu, re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu), re.sub(r"(?i)^nvidia[\s-]+", "", src.gpu).split(" ")[0]):
-        try:
-            measured = get_gpu(cand).name
-            break
-        except BadInput:
-            continue
+    measured = _catalog_gpu(src)
     if measured != inst.gpu:
         warnings.append(
             f"measured on {measured}, deploying on {inst.gpu} ({inst.name}): throughput, instance count and cost "

@@ -14,7 +14,7 @@ from __future__ import annotations
 from core.errors import BadInput, RunFailed
 from core.estimate.memory import MemoryPlan, plan_config_memory
 from core.spec.hardware import Hardware
-from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
+from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization, precision_key
 from core.spec.serving import ServerConfig
 
 
@@ -70,11 +70,13 @@ class InfeasibleConfig(RunFailed):
 
 def apply_quantization(arch: ModelArch, config: ServerConfig) -> ModelArch:
     """A ``--quantization`` on the server overrides the checkpoint's weight format."""
-    q = (config.quantization or "").lower()
-    if not q or q == arch.quantization.method:
+    if not config.quantization:
         return arch
-    if q not in WEIGHT_BYTES:
+    q = precision_key(config.quantization)
+    if q is None:
         raise BadInput(f"unknown quantization {config.quantization!r}", f"use one of {', '.join(WEIGHT_BYTES)}")
+    if q == arch.quantization.method:
+        return arch
     return arch.model_copy(update={"quantization": Quantization(method=q, scope=arch.quantization.scope)})
 
 

@@ -27,6 +27,46 @@ WEIGHT_BYTES = {
     "mxfp4": 0.5 + 1.0 / 32,
     "nvfp4": 0.5 + 1.0 / 16,
 }
+# Other spellings of those formats that users, configs and vLLM's ``--quantization`` use.
+# Ambiguous names (``compressed-tensors``, ``bitsandbytes``: the bit width is in the
+# checkpoint) are not here; they are read from the checkpoint's own config.
+PRECISION_ALIASES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+    "float32": "fp32",
+    "float": "fp32",
+    "float8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8-e4m3": "fp8",
+    "fp8-dynamic": "fp8",
+    "w8a8-fp8": "fp8",
+    "fbgemm_fp8": "fp8",
+    "modelopt": "fp8",
+    "w8a8": "int8",
+    "w8a16": "int8",
+    "int8-w8a8": "int8",
+    "experts_int8": "int8",
+    "w4a16": "int4",
+    "awq_marlin": "awq",
+    "int4-awq": "awq",
+    "awq-int4": "awq",
+    "gptq_marlin": "gptq",
+    "int4-gptq": "gptq",
+    "gptq-int4": "gptq",
+    "modelopt_fp4": "nvfp4",
+    "fp4": "nvfp4",
+}
+
+
+def precision_key(name: str | None) -> str | None:
+    """The key of :data:`WEIGHT_BYTES` that ``name`` spells (case-insensitive, through
+    :data:`PRECISION_ALIASES`), or None for a name knee does not know."""
+    p = (name or "").strip().lower()
+    p = PRECISION_ALIASES.get(p, p)
+    return p if p in WEIGHT_BYTES else None
+
+
 KV_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "int8": 1.0}
 
 

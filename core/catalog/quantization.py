@@ -1,0 +1,55 @@
+"""A checkpoint's weight format: what its ``config.json`` says (``quantization_config``,
+``torch_dtype``), or the precision the user asks for instead."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.errors import BadInput
+from core.spec.model import Quantization, precision_key
+
+DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
+PRECISION_HINT = "use bf16, fp16, fp8, int8, int4, awq, gptq, mxfp4 or nvfp4 (or a spelling such as bfloat16, w8a8, awq_marlin)"
+
+
+def config_dtype(cfg: dict[str, Any]) -> str:
+    """The 16/32-bit dtype a config declares (``torch_dtype``, or ``dtype`` in newer
+    transformers), bf16 when it says none."""
+    for key in ("torch_dtype", "dtype"):
+        if cfg.get(key) is not None:
+            return DTYPES.get(str(cfg[key]), "bf16")
+    return "bf16"
+
+
+def quantization_of(cfg: dict[str, Any], precision: str | None) -> Quantization:
+    """The weight format of a checkpoint with config ``cfg``, or ``precision`` when given
+    (any spelling :func:`core.spec.model.precision_key` knows; BadInput otherwise)."""
+    if precision:
+        p = precision_key(precision)
+        if p is None:
+            raise BadInput(f"unknown precision {precision!r}", PRECISION_HINT)
+        native = quantization_of(cfg, None)
+        if native.method == p:  # the checkpoint's own format: keep what its config says of it
+            return native
+        if p in ("bf16", "fp16", "fp32"):
+            return Quantization(method=p, scope="all")
+        return Quantization(method=p, scope="experts" if p == "mxfp4" else "linear")
+    q = cfg.get("quantization_config") or {}
+    method = str(q.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return Quantization(method="mxfp4", scope="experts")
+    if method in ("awq", "gptq"):
+        bits = int(q.get("bits", q.get("w_bit", 4)))
+        return Quantization(method=method if bits == 4 else "int8", scope="linear")
+    if method in ("fp8", "fbgemm_fp8") or "fp8" in json.dumps(q).lower():
+        return Quantization(method="fp8", scope="linear", block_scaled=bool(q.get("weight_block_size")))
+    if method in ("compressed-tensors", "bitsandbytes"):
+        bits = q.get("bits") or 8
+        return Quantization(method="int8" if int(bits) == 8 else "int4", scope="linear")
+    dtype = config_dtype(cfg)
+    if dtype == "fp32":
+        # A checkpoint saved in float32 (Gemma 2's) is served in 16 bits: vLLM's --dtype auto
+        # casts float32 weights down (to bf16 for Gemma 2, fp16 otherwise: 2 bytes either way).
+        dtype = "bf16"
+    return Quantization(method=dtype, scope="all")
