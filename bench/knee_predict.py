@@ -20,18 +20,25 @@ def _predict(row: dict, arch, gpu, pool_cached: bool):
     gmu = knobs.pop("gpu_memory_utilization", 0.9)
     mml = knobs.pop("max_model_len", None)
     n_prompts = R.prompt_count(notes)
-    p = Predictor(
-        arch,
-        gpu,
-        R.workload(row, pool_cached),
-        kv_dtype=row.get("kv_dtype") or "auto",
-        engine=row.get("engine") or "vllm",
-        engine_version=R.engine_version(row),
-        gpu_memory_utilization=gmu,
-        max_model_len=mml,
-    )
     tp, dp = R.topology(row)
-    cfg = p.config(tp, dp, extra_args=R.extra_args(notes), **knobs)
+
+    def server(utilization: float):
+        p = Predictor(
+            arch,
+            gpu,
+            R.workload(row, pool_cached),
+            kv_dtype=row.get("kv_dtype") or "auto",
+            engine=row.get("engine") or "vllm",
+            engine_version=R.engine_version(row),
+            gpu_memory_utilization=utilization,
+            max_model_len=mml,
+        )
+        return p, p.config(tp, dp, extra_args=R.extra_args(notes), **knobs)
+
+    p, cfg = server(gmu)
+    stated = R.memory_utilization_for_stated_kv(notes, p.memory(cfg))
+    if stated is not None:
+        p, cfg = server(stated)
     mode = w.get("mode")
     if mode == "online-concurrency":
         pred = p.predict(cfg, concurrency=float(w["concurrency"]), num_prompts=n_prompts)

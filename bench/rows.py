@@ -64,6 +64,8 @@ _KNOBS = {
 _ROUND_ROBIN = re.compile(r"\b(\d+) prompt templates? [^.;]{0,60}round-robin")
 _RETOKENIZED = re.compile(r"re-?tokenized mean output = [0-9.]+")
 _SCHEDULER_STEPS = re.compile(r"num[_-]scheduler[_-]steps[= ](\d+)")
+# vLLM's startup log line "Available KV cache memory: 8.22 GiB" (per GPU), as the notes quote it.
+_KV_MEMORY = re.compile(r"available KV cache memory:? ([0-9.]+) GiB", re.I)
 _COUNTS = [
     re.compile(r"successes=(\d+), failures=(\d+)"),
     re.compile(r"(\d[\d,]*) (?:ShareGPT )?prompts"),
@@ -261,6 +263,22 @@ def engine_defaults(row: dict, gpu) -> dict:
         return {}
     d = vllm_batch_defaults(engine_version(row), gpu.name, gpu.usable_bytes / 2**30, offline=True)
     return {} if d is None else {"max_num_batched_tokens": d[0], "max_num_seqs": d[1]}
+
+
+def memory_utilization_for_stated_kv(notes: str, plan) -> float | None:
+    """The ``gpu_memory_utilization`` at which knee's memory plan leaves the KV cache the
+    measured server logged ("Available KV cache memory: 6.77 GiB" per GPU, quoted in the
+    notes), for a row whose notes state that but not the utilization itself; else None.
+    ``plan``: the row's :class:`core.estimate.memory.MemoryPlan` at any utilization (weights,
+    activations and reserves do not depend on it). The log is the server's own account of
+    its cache, closer than any reconstruction of flags the source does not show: the
+    dennislee22 runs on 2x A100 left 6.77 GiB per GPU for Qwen2-72B (44k tokens), where
+    vLLM's default 0.9 leaves about 2 GiB (13k)."""
+    m = _KV_MEMORY.search(notes or "")
+    if m is None or "gpu_memory_utilization" in knobs(notes):
+        return None
+    used = float(m.group(1)) * 2**30 + plan.weight_bytes + plan.activation_bytes + plan.runtime_bytes
+    return min(1.0, used / plan.visible_bytes)
 
 
 def extra_args(notes: str) -> dict:

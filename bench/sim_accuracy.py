@@ -68,8 +68,10 @@ ACCEPT = {"req_per_s": 0.20, "output_tok_per_s": 0.20, "ttft_ms": 0.30}
 
 def simulate_row(row: dict):
     """(simulated metrics, SimResult) for one measurement row."""
+    from core.estimate.memory import plan_config_memory
     from core.estimate.predict import workload_max_model_len
     from core.simulate import simulate
+    from core.spec.engine_defaults import with_engine_defaults
     from core.spec.hardware import Hardware
     from core.spec.serving import LoadPoint, ServerConfig
 
@@ -92,6 +94,10 @@ def simulate_row(row: dict):
         extra_args=R.extra_args(notes),
         **knobs,
     )
+    engine, version = row.get("engine") or "vllm", R.engine_version(row)
+    stated = R.memory_utilization_for_stated_kv(notes, plan_config_memory(arch, hw.gpu, with_engine_defaults(config, engine, version, hw.gpu)))
+    if stated is not None:
+        config = config.model_copy(update={"gpu_memory_utilization": stated})
     n = R.prompt_count(notes)
     if w["mode"] == "online-concurrency":
         c = int(w["concurrency"])
@@ -108,8 +114,8 @@ def simulate_row(row: dict):
         workload,
         load,
         seed=0,
-        engine=row.get("engine") or "vllm",
-        engine_version=R.engine_version(row),
+        engine=engine,
+        engine_version=version,
         router=router,
         request_timeout_s=R.client_timeout(row),
     )

@@ -161,3 +161,32 @@ def test_a_one_prompt_vllm_benchmark_measures_the_prompt_its_test_run_cached():
     assert not first_prompt_cached({**one, "notes": one["notes"].replace("1 prompts", "50 prompts")})  # one request of 50
     assert not first_prompt_cached({**one, "engine_version": "0.6.3"})  # V0: no prefix caching by default
     assert not first_prompt_cached({**one, "notes": "llmperf, 1 prompts"})  # a client without the test run
+
+
+def test_a_kv_cache_the_server_logged_sizes_the_predicted_server():
+    """A row quoting vLLM's "Available KV cache memory: 6.77 GiB" (and no utilization) is
+    predicted with that cache, not the one vLLM's default 0.9 would leave (about 2 GiB for
+    Qwen2-72B at TP2 on A100s); a stated utilization wins over the log."""
+    from bench import rows as R
+    from bench.knee_predict import _predict
+
+    notes = "2 GPUs, available KV cache memory 6.77 GiB per GPU. 30 prompts, request rate inf"
+    row = {
+        **GOOD,
+        "id": "kv-1",
+        "model": "Qwen/Qwen2.5-72B-Instruct",
+        "gpu": "A100-80GB",
+        "num_gpus": 2,
+        "tp": 2,
+        "engine_version": "0.10.1",
+        "notes": notes,
+        "workload": {**GOOD["workload"], "mode": "offline-max-throughput", "concurrency": None, "input_len": 1024.0, "output_len": 1024.0},
+    }
+    arch = R.resolve(row)[2]
+    _, p, cfg = _predict(row, arch, R.gpu_of(row), True)
+    assert abs(p.memory(cfg).kv_bytes / 2**30 - 6.77) < 0.01
+    default = {**row, "notes": "2 GPUs. 30 prompts, request rate inf"}
+    _, p0, cfg0 = _predict(default, arch, R.gpu_of(default), True)
+    assert p0.memory(cfg0).kv_bytes / 2**30 < 3.0
+    stated = {**row, "notes": notes + ", gpu_memory_utilization=0.92"}
+    assert R.memory_utilization_for_stated_kv(stated["notes"], p.memory(cfg)) is None
