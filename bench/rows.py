@@ -317,6 +317,14 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
       and requests over 2048 in all, so the tail is cut there (``other`` is the mean length
       on the other side). The tail decides how long a burst takes to drain: the longest
       requests decode nearly alone at the end of it;
+    - random lengths with a stated spread: uniform about the mean, +-N% where the source
+      says so ("~20k input tokens (+-15% variance)": ``vllm bench serve``'s range ratio
+      0.15), from 0 to twice the mean where SGLang's ``bench_serving`` drew them up to the
+      configured maximum (its default range ratio 0). Without the spread, equal requests of
+      a closed loop stay in lockstep in the simulator: each wave's prompts arrive together
+      and queue behind one another's prefill, where the real client's lengths scatter the
+      arrivals (the vllmfp8kv rows: 20k-token prompts at c=8, median TTFT 0.76 s measured,
+      2.0 s simulated with fixed lengths);
     - otherwise the mean, fixed.
     """
     from core.spec.workload import LengthDist
@@ -328,7 +336,16 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
         return sharegpt_input(mean) if which == "input" else sharegpt_output(mean, other)
     if "ShareGPT" in src:  # multi-turn or unfiltered: the shape without the single-turn cut
         return lognormal(mean, SHAREGPT_SIGMA)
+    m = _STATED_SPREAD.search(src)
+    if m:
+        return LengthDist(kind="uniform", mean=mean, range_ratio=min(1.0, float(m.group(1)) / 100.0))
+    if _UP_TO_MAXIMUM.search(src):
+        return LengthDist(kind="uniform", mean=mean, range_ratio=1.0)
     return LengthDist.of(mean)
+
+
+_STATED_SPREAD = re.compile(r"(?:\+-|±) ?(\d+(?:\.\d+)?)% variance")
+_UP_TO_MAXIMUM = re.compile(r"lengths drawn uniformly up to the configured")
 
 
 # inference-perf's shared_prefix generator draws ``num_groups x num_prompts_per_group``

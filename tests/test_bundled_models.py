@@ -77,6 +77,11 @@ CARDS = {
     # An alias of Qwen2.5-32B: the Hub's safetensors total for the distill, 32,763,876,352,
     # equals Qwen2.5-32B's shapes (knee leaves out only the 458,752 q/k/v bias values).
     "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": 32.76,
+    # Added on 2026-11-27 (see core/catalog/data/model-aliases.md).
+    "mistralai/Mixtral-8x22B-Instruct-v0.1": 141.0,  # model card: 141B (vocab 32768, the base's is 32000)
+    "nvidia/Llama-3.1-70B-Instruct-FP8": 70.6,  # an FP8 alias of Llama-3.1-70B-Instruct
+    "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": 109.0,  # an FP8 alias of Llama-4-Scout
+    "lmsys/vicuna-7b-v1.5": 6.74,  # an alias of Llama-2-7b-hf (6,738,415,616 with its shapes)
 }
 
 # MoE models: (active billions from the card, knee's count that matches the card's convention).
