@@ -82,6 +82,7 @@ CARDS = {
     "nvidia/Llama-3.1-70B-Instruct-FP8": 70.6,  # an FP8 alias of Llama-3.1-70B-Instruct
     "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": 109.0,  # an FP8 alias of Llama-4-Scout
     "lmsys/vicuna-7b-v1.5": 6.74,  # an alias of Llama-2-7b-hf (6,738,415,616 with its shapes)
+    "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF": 70.6,  # an alias of Llama-3.1-70B-Instruct
 }
 
 # MoE models: (active billions from the card, knee's count that matches the card's convention).

@@ -239,3 +239,16 @@ def test_a_precision_reads_in_the_spellings_users_and_vllm_use(spelling, method)
     arch = load_model("meta-llama/Llama-3.1-8B", precision=spelling)
     assert arch.quantization.method == method
     assert arch.weight_bytes == load_model("meta-llama/Llama-3.1-8B", precision=method).weight_bytes
+
+
+def test_compressed_tensors_checkpoints_read_their_weight_type():
+    """llm-compressor's configs name the weights' bits and type, never "fp8": RedHatAI's
+    FP8-dynamic Scout is fp8 on its experts (its ignore list keeps attention 16-bit) and
+    Kimi-K2.5's W4A16 is int4 on its routed experts; both were read as int8 on every linear."""
+    scout = load_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", offline=True)
+    assert (scout.quantization.method, scout.quantization.scope) == ("fp8", "experts")
+    kimi = load_model("moonshotai/Kimi-K2.5", offline=True)
+    assert (kimi.quantization.method, kimi.quantization.scope) == ("int4", "experts")
+    bf16 = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct", offline=True)
+    assert 0.5 < scout.weight_bytes / bf16.weight_bytes < 0.6  # experts at 1 byte, attention at 2
+    assert load_model("nvidia/Llama-3.1-70B-Instruct-FP8", offline=True).quantization.method == "fp8"  # ModelOpt

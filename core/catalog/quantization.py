@@ -42,10 +42,17 @@ def quantization_of(cfg: dict[str, Any], precision: str | None) -> Quantization:
     if method in ("awq", "gptq"):
         bits = int(q.get("bits", q.get("w_bit", 4)))
         return Quantization(method=method if bits == 4 else "int8", scope="linear")
+    if method == "compressed-tensors":
+        fmt = _compressed_tensors(q)
+        if _experts_only(cfg, q):
+            return fmt.model_copy(update={"scope": "experts"})
+        return fmt
+    if "nvfp4" in json.dumps(q).lower():  # ModelOpt's NVFP4 (quant_algo "NVFP4")
+        return Quantization(method="nvfp4", scope="linear")
     if method in ("fp8", "fbgemm_fp8") or "fp8" in json.dumps(q).lower():
         return Quantization(method="fp8", scope="linear", block_scaled=bool(q.get("weight_block_size")))
-    if method in ("compressed-tensors", "bitsandbytes"):
-        bits = q.get("bits") or 8
+    if method == "bitsandbytes":
+        bits = q.get("bits") or (4 if q.get("load_in_4bit") else 8)
         return Quantization(method="int8" if int(bits) == 8 else "int4", scope="linear")
     dtype = config_dtype(cfg)
     if dtype == "fp32":
@@ -53,3 +60,25 @@ def quantization_of(cfg: dict[str, Any], precision: str | None) -> Quantization:
         # casts float32 weights down (to bf16 for Gemma 2, fp16 otherwise: 2 bytes either way).
         dtype = "bf16"
     return Quantization(method=dtype, scope="all")
+
+
+def _compressed_tensors(q: dict[str, Any]) -> Quantization:
+    """llm-compressor's format (RedHatAI's and neuralmagic's checkpoints): the weights'
+    ``num_bits`` and ``type`` in the first config group. Its FP8 checkpoints say "float" and
+    8 bits, never "fp8" ("format": "float-quantized"); W8A8 and W4A16 say "int"."""
+    groups = q.get("config_groups") or {}
+    weights = next((g.get("weights") or {} for g in groups.values() if isinstance(g, dict)), {})
+    bits = int(weights.get("num_bits") or q.get("bits") or 8)
+    if str(weights.get("type", "int")).lower() == "float":
+        return Quantization(method="nvfp4" if bits == 4 else "fp8", scope="linear", block_scaled=weights.get("strategy") == "block")
+    return Quantization(method="int8" if bits == 8 else "int4", scope="linear")
+
+
+def _experts_only(cfg: dict[str, Any], q: dict[str, Any]) -> bool:
+    """An MoE checkpoint whose quantization leaves attention out (``ignore`` names
+    ``self_attn``): only the routed experts are quantized, as Kimi-K2.5's int4 is (its
+    attention, shared experts and dense MLPs stay 16-bit)."""
+    nested = cfg.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else cfg
+    moe = any(text.get(k) for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+    return bool(moe) and any("self_attn" in str(x) for x in q.get("ignore") or ())
