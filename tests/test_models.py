@@ -3,6 +3,7 @@ import json
 import pytest
 
 from core.catalog import bundled_models, load_model
+from core.catalog.models import arch_from_config
 from core.errors import BadInput
 
 
@@ -252,3 +253,27 @@ def test_compressed_tensors_checkpoints_read_their_weight_type():
     bf16 = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct", offline=True)
     assert 0.5 < scout.weight_bytes / bf16.weight_bytes < 0.6  # experts at 1 byte, attention at 2
     assert load_model("nvidia/Llama-3.1-70B-Instruct-FP8", offline=True).quantization.method == "fp8"  # ModelOpt
+
+
+def test_a_config_that_leaves_dimensions_to_its_class_gets_the_class_defaults():
+    """Gemma 3's multimodal config.json gives its text_config no vocab_size and no context
+    length (transformers fills them from Gemma3TextConfig); knee refused the file before."""
+    cfg = {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "torch_dtype": "bfloat16",
+        "text_config": {
+            "head_dim": 128,
+            "hidden_size": 5376,
+            "intermediate_size": 21504,
+            "model_type": "gemma3_text",
+            "num_attention_heads": 32,
+            "num_hidden_layers": 62,
+            "num_key_value_heads": 16,
+            "sliding_window": 1024,
+        },
+    }
+    arch = arch_from_config(cfg, "gemma-3-27b-it")
+    assert (arch.vocab_size, arch.max_position_embeddings) == (262208, 131072)
+    assert (len(arch.sliding_layers), arch.num_full_attention_layers) == (52, 10)  # every sixth layer global
+    assert 26.5e9 < arch.weight_bytes / 2 < 27.5e9

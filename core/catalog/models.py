@@ -28,6 +28,11 @@ from core.spec.model import ModelArch
 # this many attends globally, the others over the sliding window.
 _SLIDING_EVERY = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "gemma4": 6, "gemma4_text": 6, "cohere2": 4}
 
+# Dimensions a published config.json leaves to its model type's config class, which
+# transformers fills in (checked in transformers 5.23.0, Gemma3TextConfig()): Gemma 3's
+# multimodal files (gemma-3-4b/12b/27b-it) give text_config no vocab_size and no context.
+_CLASS_DEFAULTS: dict[str, dict[str, int]] = {"gemma3_text": {"vocab_size": 262208, "max_position_embeddings": 131072}}
+
 # What ``tie_word_embeddings`` means when a config.json leaves it out: the default of the
 # model type's own config class, as transformers reads it. Checked in transformers 5.23.0
 # (models/<type>/configuration_<type>.py, e.g. gemma2's ``tie_word_embeddings: bool = True``,
@@ -262,6 +267,7 @@ def arch_from_config(cfg: dict[str, Any], name: str, precision: str | None = Non
         outer = cfg
         outer_q = cfg.get("quantization_config")
         cfg = {**cfg["text_config"], **({"quantization_config": outer_q} if outer_q else {})}
+    cfg = {**_CLASS_DEFAULTS.get(str(cfg.get("model_type")), {}), **cfg}
     num = _Fields(cfg, name)
     hidden = num.get("hidden_size", "n_embd", "d_model", required=True)
     layers = num.get("num_hidden_layers", "n_layer", "num_layers", required=True)
