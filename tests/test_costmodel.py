@@ -136,6 +136,18 @@ def test_memory_plan_llama70b_bf16_does_not_fit_one_h100():
     assert plan4.fits and plan4.kv_tokens > 100_000
 
 
+@pytest.mark.parametrize("tp, utilization, logged_tokens", [(1, 0.25, 93_872), (1, 0.5, 464_848), (2, 0.25, 450_192), (2, 0.5, 1_192_160)])
+def test_memory_plan_reproduces_the_kv_cache_vllm_logged(tp, utilization, logged_tokens):
+    """vLLM 0.10.1 on an A100 80GB, Qwen2-7B-Instruct (Qwen2.5-7B's dimensions), max_model_len
+    16384, its default 2048-token budget and 256 sequences: "GPU KV cache size" from the
+    startup logs of dennislee22/vLLM-benchmarking (log/vllm-7B-*gpuA10080GB-*GRAM*.log).
+    knee reserved the CUDA context too and came out 0.72 GiB (13-27k tokens) short in all four."""
+    plan = plan_memory(
+        load_model("Qwen/Qwen2.5-7B"), get_gpu("A100-80GB"), tp, gpu_memory_utilization=utilization, max_model_len=16384, max_num_batched_tokens=2048
+    )
+    assert plan.kv_tokens == pytest.approx(logged_tokens, rel=0.01)
+
+
 def test_memory_plan_kv_capacity_scales_with_tp_and_kv_dtype():
     arch, l4 = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
     p1 = plan_memory(arch, l4, 1, max_model_len=4096)

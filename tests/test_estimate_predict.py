@@ -336,3 +336,28 @@ def test_a_burst_averages_tpot_over_requests_not_tokens():
     sgl, vll = (Predictor(arch, gpu, wl, engine=e) for e in ("sglang", "vllm"))
     a, b = (x.max_throughput(x.config(1), num_prompts=1000) for x in (sgl, vll))
     assert a.tpot_ms.mean / a.itl_ms.mean > b.tpot_ms.mean / b.itl_ms.mean
+
+
+def test_a_full_kv_cache_with_requests_waiting_recomputes_evicted_context():
+    """vLLM admits a request once its prompt fits and evicts a running one when the cache
+    fills: a burst larger than the KV cache recomputes a token per running sequence each step,
+    so it decodes slower than the same batch with nobody waiting. TensorRT-LLM reserves the
+    whole request at admission and does not."""
+    from core.estimate.steady import recompute_tokens, steady_state
+
+    arch, gpu = load_model("Qwen/Qwen2.5-7B"), get_gpu("A100-80GB")
+    wl = Workload.fixed(1024, 1024)
+    vllm = Predictor(arch, gpu, wl, engine="vllm", engine_version="0.10.1", gpu_memory_utilization=0.25)
+    cfg = vllm.config(1)
+    cap, reason = vllm.running_cap(cfg)
+    assert reason == "kv_cache" and vllm.evicts(reason)
+    at_cap = vllm.max_throughput(cfg, num_prompts=int(cap))
+    beyond = vllm.max_throughput(cfg, num_prompts=500)
+    assert beyond.tpot_ms.mean > at_cap.tpot_ms.mean and beyond.output_tok_per_s < at_cap.output_tok_per_s
+    trt = Predictor(arch, gpu, wl, engine="tensorrt-llm", gpu_memory_utilization=0.25)
+    assert not trt.evicts("kv_cache")
+    # The recompute is the running batch's growth, a token per sequence, within the budget.
+    assert recompute_tokens(60.0, 2048) == 60.0 and recompute_tokens(5000.0, 2048) == 2048.0
+    cm, budget = vllm.cost_model(1, "auto", cfg.stream_interval), vllm._knobs(cfg)[0]
+    calm, evicting = (steady_state(vllm.shape, cm, cap, budget, 0.0, e) for e in (False, True))
+    assert evicting.t_pure > calm.t_pure and evicting.throughput < calm.throughput

@@ -83,9 +83,15 @@ def plan_memory(
     hidden = tokens * arch.hidden_size * 2 * 4
     logits = min(max_num_seqs, tokens) * arch.vocab_size * 4 * 2 / tp
     activations = mlp + hidden + logits
-    # CUDA context and cuBLAS workspaces outside PyTorch's pool, NCCL buffers with TP, and
-    # the CUDA-graph pool; vLLM's own logs show 0.5–1.5 GiB together on one GPU.
-    runtime = (0.75 + (0.35 if tp > 1 else 0.0)) * GIB
+    # Memory outside PyTorch's pool that vLLM charges to the budget: its profiler measures
+    # the growth after start-up, so the CUDA context (~0.5 GiB) is not in it, nor is the
+    # CUDA-graph pool, captured after the KV cache is allocated (both come on top of
+    # gpu_memory_utilization). What is left is NCCL's buffers with TP. vLLM 0.10.1's logs on
+    # an A100 80GB (dennislee22/vLLM-benchmarking, Qwen2-7B at utilization 0.25 and 0.5):
+    # budget - weights - KV = 0.55 GiB at TP1 and 0.67-0.68 GiB at TP2, against these
+    # activations' 0.56 and 0.31 GiB; knee reserved 0.75 GiB more and its KV cache came out
+    # 0.72 GiB short in all four logs.
+    runtime = (0.35 if tp > 1 else 0.0) * GIB
 
     kv_bytes = budget - weights - activations - runtime
     token_layer = arch.kv_values_per_token_layer(tp) * kv_element_bytes(kv_dtype, arch)

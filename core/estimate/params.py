@@ -105,4 +105,9 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     prof = table[name]
     parent = prof.get("inherits")
     # A version's profile names the profile it differs from and sets only what differs.
-    return {**table[parent], **{k: v for k, v in prof.items() if k != "inherits"}} if parent else prof
+    out = {**table[parent], **{k: v for k, v in prof.items() if k != "inherits"}} if parent else prof
+    if (engine or "").lower() == "tgi":
+        # TGI's router admits a request against max_batch_total_tokens with its whole
+        # max_new_tokens counted: it waits rather than evicts.
+        out = {**out, "evicts_when_full": 0}
+    return out

@@ -186,6 +186,12 @@ class Predictor:
             return 0.0
         return float(int(min(self.prefix_len, self.input_len - 1.0)) // KV_BLOCK * KV_BLOCK)
 
+    def evicts(self, cap_reason: str) -> bool:
+        """Whether a full KV cache makes this engine evict running requests to admit waiting
+        ones (:func:`core.estimate.steady.recompute_tokens`): vLLM admits a request once its
+        prompt fits; TensorRT-LLM reserves its whole length first and SGLang a share of it."""
+        return cap_reason == "kv_cache" and bool(self.profile.get("evicts_when_full", 0))
+
     def running_cap(self, cfg: ServerConfig) -> tuple[float, str]:
         """The most sequences one replica runs at once, and what sets it."""
         budget, seqs, _ = self._knobs(cfg)
@@ -248,10 +254,11 @@ class Predictor:
             if self.synchronized and concurrency / dp > 1.0:
                 # The same rule as the steady state's first wave below: a run's first C requests
                 # weigh in only when the run's length is given (a benchmark), not in sizing.
-                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts)
+                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts, self.evicts(cap_reason))
             c = concurrency / dp
             n = min(c, cap)
-            st = steady_state(self.shape, cm, n, budget, cached)
+            evicting = self.evicts(cap_reason) and c > cap
+            st = steady_state(self.shape, cm, n, budget, cached, evicting)
             for _ in range(8):
                 # Little's law: of the C requests a client holds, the engine runs those not in
                 # API overhead or waiting for the next step.
@@ -260,7 +267,7 @@ class Predictor:
                 if abs(n_new - n) < 1e-3 * max(n, 1.0):
                     break
                 n = 0.5 * (n + n_new)
-                st = steady_state(self.shape, cm, n, budget, cached)
+                st = steady_state(self.shape, cm, n, budget, cached, evicting)
             x = st.throughput
             e = ovh + st.align(n - 1, ms, cm.steps_ahead) + st.cycle + tail
             wait = max(0.0, c / x - e) if x > 0 else math.inf
@@ -304,7 +311,9 @@ class Predictor:
         st_cap = steady_state(self.shape, cm, cap, budget, cached)
         if lam * st_cap.cycle >= cap:
             # Arrivals outrun the replica: over a finite run the queue grows linearly and the
-            # i-th request waits i·(1/X − 1/λ).
+            # i-th request waits i·(1/X − 1/λ). At a full KV cache the engine evicts too.
+            if self.evicts(cap_reason):
+                st_cap = steady_state(self.shape, cm, cap, budget, cached, True)
             cap_x = st_cap.throughput
             n_run = num_prompts or (int(request_rate * duration_s) if duration_s else None)
             n_run = n_run or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
@@ -354,7 +363,7 @@ class Predictor:
         run = min(per_rep, cap)
         cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype, cfg.stream_interval)
         budget, seqs, _ = self._knobs(cfg)
-        st = steady_state(self.shape, cm, run, budget, self.cached_tokens(cfg))
+        st = steady_state(self.shape, cm, run, budget, self.cached_tokens(cfg), self.evicts(reason) and per_rep > cap)
         x = st.throughput
         gaps = tpots = None
         if self.workload.output.kind != "fixed" and per_rep > 1:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.prediction import Prediction, make_prediction
 from core.estimate.stats import QUANTILES, is_fixed, quantile_len, stats_of, weighted_quantiles
-from core.estimate.steady import Shape, State, steady_gaps
+from core.estimate.steady import Shape, State, recompute_tokens, steady_gaps
 from core.spec.serving import ServerConfig
 
 
@@ -61,8 +61,11 @@ def wave(
     seqs: int,
     cached: float,
     num_prompts: float | None = None,
+    evicting: bool = False,
 ) -> Prediction:
     """Closed loop with fixed lengths, ``num_prompts`` requests in all (None: production, no first wave).
+    ``evicting``: requests wait at a full KV cache that the engine frees by eviction, and
+    each decode step recomputes evicted context (:func:`core.estimate.steady.recompute_tokens`).
     The first ``w`` requests start together: all prompts prefill in budget-sized steps,
     then all decode, each finishing ``dec`` steps after its first token. The client's next
     requests therefore arrive staggered, one prefill chunk apart, and each waits only for
@@ -85,7 +88,8 @@ def wave(
     p = tokens / steps_pf
     t_pf = prefill_step_seconds(cm, p, I, cached, Ic)
     ctx = I + dec / 2.0
-    t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
+    r = recompute_tokens(w, budget) if evicting and c > cap else 0.0
+    t_dec = cm.step_seconds(r, r * ctx / 2.0, r, w, w * ctx, r / ctx) if dec > 0 else 0.0
     prefill_all = steps_pf * t_pf
 
     # Prompt j's first token leaves with the step that finishes it: ceil(j·I/budget) steps.
