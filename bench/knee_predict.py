@@ -36,9 +36,9 @@ def _predict(row: dict, arch, gpu, pool_cached: bool):
         return p, p.config(tp, dp, extra_args=R.extra_args(notes), **knobs)
 
     p, cfg = server(gmu)
-    stated = R.memory_utilization_for_stated_kv(notes, p.memory(cfg))
-    if stated is not None:
-        p, cfg = server(stated)
+    kv = R.stated_kv_bytes(notes)
+    if kv is not None:
+        p, cfg = server(R.utilization_leaving(kv, p.memory(cfg)))
     mode = w.get("mode")
     if mode == "online-concurrency":
         pred = p.predict(cfg, concurrency=float(w["concurrency"]), num_prompts=n_prompts)

@@ -17,7 +17,7 @@ Every rule applies to every row the same way; nothing is keyed on a row id:
   ``max_model_len``, ``gpu_memory_utilization``; ``num_scheduler_steps`` as an extra
   argument) describe the measured server and are applied (:func:`knobs`,
   :func:`extra_args`); a KV cache the server logged sets the utilization that leaves it
-  (:func:`memory_utilization_for_stated_kv`).
+  (:func:`stated_kv_bytes`, :func:`utilization_leaving`).
 - lengths: the row's means; ShareGPT rows with none use the ShareGPT means with a Llama-3
   tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the source's
   client documents them or the source states them (:func:`lengths`).
@@ -269,19 +269,24 @@ def engine_defaults(row: dict, gpu) -> dict:
     return {} if d is None else {"max_num_batched_tokens": d[0], "max_num_seqs": d[1]}
 
 
-def memory_utilization_for_stated_kv(notes: str, plan) -> float | None:
-    """The ``gpu_memory_utilization`` at which knee's memory plan leaves the KV cache the
-    measured server logged ("Available KV cache memory: 6.77 GiB" per GPU, quoted in the
-    notes), for a row whose notes state that but not the utilization itself; else None.
-    ``plan``: the row's :class:`core.estimate.memory.MemoryPlan` at any utilization (weights,
-    activations and reserves do not depend on it). The log is the server's own account of
-    its cache, closer than any reconstruction of flags the source does not show: the
-    dennislee22 runs on 2x A100 left 6.77 GiB per GPU for Qwen2-72B (44k tokens), where
-    vLLM's default 0.9 leaves about 2 GiB (13k)."""
+def stated_kv_bytes(notes: str) -> float | None:
+    """The KV cache per GPU the measured server logged ("Available KV cache memory: 6.77 GiB",
+    quoted in the notes), for a row whose notes state that but not the utilization itself;
+    else None. The log is the server's own account of its cache, closer than any
+    reconstruction of flags the source does not show: the dennislee22 runs on 2x A100 left
+    6.77 GiB per GPU for Qwen2-72B (44k tokens), where vLLM's default 0.9 leaves about 2 GiB
+    (13k)."""
     m = _KV_MEMORY.search(notes or "")
     if m is None or "gpu_memory_utilization" in knobs(notes):
         return None
-    used = float(m.group(1)) * 2**30 + plan.weight_bytes + plan.activation_bytes + plan.runtime_bytes
+    return float(m.group(1)) * 2**30
+
+
+def utilization_leaving(kv_bytes: float, plan) -> float:
+    """The ``gpu_memory_utilization`` at which knee's memory plan leaves ``kv_bytes`` of KV
+    cache per GPU. ``plan``: the row's :class:`core.estimate.memory.MemoryPlan` at any
+    utilization (weights, activations and reserves do not depend on it)."""
+    used = kv_bytes + plan.weight_bytes + plan.activation_bytes + plan.runtime_bytes
     return min(1.0, used / plan.visible_bytes)
 
 

@@ -95,9 +95,10 @@ def simulate_row(row: dict):
         **knobs,
     )
     engine, version = row.get("engine") or "vllm", R.engine_version(row)
-    stated = R.memory_utilization_for_stated_kv(notes, plan_config_memory(arch, hw.gpu, with_engine_defaults(config, engine, version, hw.gpu)))
-    if stated is not None:
-        config = config.model_copy(update={"gpu_memory_utilization": stated})
+    kv = R.stated_kv_bytes(notes)
+    if kv is not None:
+        plan = plan_config_memory(arch, hw.gpu, with_engine_defaults(config, engine, version, hw.gpu))
+        config = config.model_copy(update={"gpu_memory_utilization": R.utilization_leaving(kv, plan)})
     n = R.prompt_count(notes)
     if w["mode"] == "online-concurrency":
         c = int(w["concurrency"])

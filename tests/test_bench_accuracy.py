@@ -189,7 +189,7 @@ def test_a_kv_cache_the_server_logged_sizes_the_predicted_server():
     _, p0, cfg0 = _predict(default, arch, R.gpu_of(default), True)
     assert p0.memory(cfg0).kv_bytes / 2**30 < 3.0
     stated = {**row, "notes": notes + ", gpu_memory_utilization=0.92"}
-    assert R.memory_utilization_for_stated_kv(stated["notes"], p.memory(cfg)) is None
+    assert R.stated_kv_bytes(stated["notes"]) is None
 
 
 def test_a_stated_length_spread_is_the_clients_distribution():

@@ -12,8 +12,8 @@ fields, and :func:`instances_in` picks them.
 from __future__ import annotations
 
 import difflib
-import re
 import os
+import re
 import tomllib
 from functools import lru_cache
 from importlib import resources

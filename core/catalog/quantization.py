@@ -47,9 +47,10 @@ def quantization_of(cfg: dict[str, Any], precision: str | None) -> Quantization:
         if _experts_only(cfg, q):
             return fmt.model_copy(update={"scope": "experts"})
         return fmt
-    if "nvfp4" in json.dumps(q).lower():  # ModelOpt's NVFP4 (quant_algo "NVFP4")
+    text = json.dumps(q).lower()
+    if "nvfp4" in text:  # ModelOpt's NVFP4 (quant_algo "NVFP4")
         return Quantization(method="nvfp4", scope="linear")
-    if method in ("fp8", "fbgemm_fp8") or "fp8" in json.dumps(q).lower():
+    if method in ("fp8", "fbgemm_fp8") or "fp8" in text:
         return Quantization(method="fp8", scope="linear", block_scaled=bool(q.get("weight_block_size")))
     if method == "bitsandbytes":
         bits = q.get("bits") or (4 if q.get("load_in_4bit") else 8)
