@@ -28,7 +28,7 @@ from core.estimate.steady import Shape, State, dec_gap, multi_step, steady_gaps
 from core.spec.serving import ServerConfig
 
 if TYPE_CHECKING:
-    from core.estimate.waves import BurstTPOT
+    from core.estimate.waves import BurstTPOT, BurstWait
 
 
 def finish(
@@ -50,13 +50,15 @@ def finish(
     resumed: float = 0.0,
     first_wave: tuple[float, float] = (0.0, 0.0),
     tpots: BurstTPOT | None = None,
+    burst_wait: BurstWait | None = None,
 ) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
     seconds their prompts take to prefill back to back); those wait for the prompts before
     theirs, half of it on average, and make the TTFT's upper tail. ``tpots``: a burst's TPOT
     per request class and the mean seconds from first to last token
-    (:class:`core.estimate.waves.BurstTPOT`)."""
+    (:class:`core.estimate.waves.BurstTPOT`). ``burst_wait``: how a burst's waits spread
+    (``wait`` is its mean)."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.first_token_overhead_s
     chunked = shape.chunked
@@ -116,6 +118,8 @@ def finish(
     for name, q in QUANTILES.items():
         if wait_kind == "exponential":
             w = (wait / p_wait) * math.log(p_wait / (1 - q)) if p_wait > 0 and q > 1 - p_wait else 0.0
+        elif burst_wait is not None:
+            w = burst_wait.at(q)
         elif wait_kind == "uniform":
             w = 2 * wait * q
         else:  # a closed loop's queue is nearly deterministic

@@ -58,7 +58,7 @@ from core.estimate.memory import MemoryPlan, plan_memory
 from core.estimate.prediction import Prediction
 from core.estimate.stats import QUANTILES, Stats, mean_len
 from core.estimate.steady import Shape, multi_step, steady_state
-from core.estimate.waves import burst, prefill_storm, synchronized, wave
+from core.estimate.waves import BurstWait, burst, prefill_storm, synchronized, wave
 from core.spec.engine_defaults import batch_defaults_for
 from core.spec.hardware import GPU
 from core.spec.model import ModelArch
@@ -368,12 +368,25 @@ class Predictor:
         gaps = tpots = None
         if self.workload.output.kind != "fixed" and per_rep > 1:
             x, gaps, tpots = burst(self.shape, cm, st, per_rep, run, budget)
-        # The i-th request of the burst starts once i − N have finished: mean wait (n − N)/2X.
-        # Before that, all N admitted prompts prefill back to back in full-budget steps (the
-        # j-th one's first token leaves after ceil(j·I/budget) of them): the first N wait half
-        # that storm on average, the queued rest all of it.
+        queued = max(0.0, per_rep - run)
         storm = prefill_storm(self.shape, cm, run, budget, self.cached_tokens(cfg))
-        wait = storm * (1.0 - run / (2.0 * per_rep)) + max(0.0, per_rep - run) / 2.0 / x
+        queue = BurstWait(storm, queued / per_rep, queued / x)
         return finish(
-            self.shape, cfg, cm, st, x, wait, "uniform", "load" if run < cap else reason, False, n, None, budget, seqs, cap, gaps, tpots=tpots
+            self.shape,
+            cfg,
+            cm,
+            st,
+            x,
+            queue.mean,
+            "uniform",
+            "load" if run < cap else reason,
+            False,
+            n,
+            None,
+            budget,
+            seqs,
+            cap,
+            gaps,
+            tpots=tpots,
+            burst_wait=queue,
         )
