@@ -388,3 +388,19 @@ def test_a_bursts_queue_wait_is_averaged_over_every_request_and_agrees_with_the_
     sim = simulate(arch, Hardware(gpu=gpu, num_gpus=1), cfg, wl, LoadPoint(concurrency=1000, num_prompts=1000)).summary
     assert est.ttft_ms.mean == pytest.approx(sim["mean_ttft_ms"], rel=0.10)
     assert est.ttft_ms.p50 < est.ttft_ms.mean < est.ttft_ms.p99
+
+
+def test_a_burst_is_no_faster_than_the_steady_state_at_its_cap():
+    """A burst's first prompts prefill together before the queue drains at the steady rate,
+    and its last requests decode in a thinning batch: it cannot complete requests faster
+    than a closed loop that keeps the running batch at its cap. Leaving the first prompts'
+    prefill out put a 1,000-prompt burst 15% above that ceiling."""
+    arch, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("A100-80GB")
+    wl = Workload(input=LengthDist(kind="uniform", mean=1024, range_ratio=0.5), output=LengthDist(kind="uniform", mean=256, range_ratio=0.5))
+    p = Predictor(arch, gpu, wl)
+    cfg = p.config(1)
+    cap, reason = p.running_cap(cfg)
+    assert reason == "max_num_seqs"  # no eviction on either side
+    ceiling = p.predict(cfg, concurrency=4 * cap).req_per_s
+    burst = p.max_throughput(cfg, num_prompts=1000).req_per_s
+    assert 0.8 * ceiling < burst <= ceiling

@@ -366,10 +366,10 @@ class Predictor:
         st = steady_state(self.shape, cm, run, budget, self.cached_tokens(cfg), self.evicts(reason) and per_rep > cap)
         x = st.throughput
         gaps = tpots = None
-        if self.workload.output.kind != "fixed" and per_rep > 1:
-            x, gaps, tpots = burst(self.shape, cm, st, per_rep, run, budget)
-        queued = max(0.0, per_rep - run)
         storm = prefill_storm(self.shape, cm, run, budget, self.cached_tokens(cfg))
+        if self.workload.output.kind != "fixed" and per_rep > 1:
+            x, gaps, tpots = burst(self.shape, cm, st, per_rep, run, budget, storm)
+        queued = max(0.0, per_rep - run)
         queue = BurstWait(storm, queued / per_rep, queued / x)
         return finish(
             self.shape,

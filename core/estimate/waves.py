@@ -190,7 +190,9 @@ def wave(
     )
 
 
-def burst(shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int) -> tuple[float, list[tuple[float, float]], BurstTPOT]:
+def burst(
+    shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: int, storm_s: float = 0.0
+) -> tuple[float, list[tuple[float, float]], BurstTPOT]:
     """Request rate of a finite burst whose output lengths vary: the queue drains at the
     capped steady state, then the last ``run`` requests finish one by one and the batch
     thins out — the long ones decode almost alone (the "drain"), which is what a burst
@@ -210,7 +212,9 @@ def burst(shape: Shape, cm: CostModel, st: State, n: float, run: float, budget: 
     grid = [(j + 0.5) / 48 for j in range(47)] + [max(47.5 / 48, 1 - 0.5 / n)]
     lengths = sorted(quantile_len(shape.output, q) for q in grid)
     queued = max(0.0, n - run)
-    total = queued / st.throughput if queued else 0.0
+    # The first ``run`` prompts prefill back to back before the queue drains at the steady
+    # rate (which prices only the queued requests' prefills).
+    total = storm_s + queued / st.throughput if queued else 0.0
     gaps: list[tuple[float, float]] = []  # (decode step seconds, tokens produced at it)
     if queued:
         gaps.extend(steady_gaps(shape, st, queued * max(shape.output_len - 1, 0.0)))
