@@ -365,17 +365,18 @@ def test_a_full_kv_cache_with_requests_waiting_recomputes_evicted_context():
 
 def test_a_bursts_queue_wait_is_averaged_over_every_request_and_agrees_with_the_simulator():
     """Everything submitted at once: only the requests that find no slot wait for one, so the
-    mean wait is the queued share times half the drain (averaging the queued requests' wait
-    over all of them put a 1,000-prompt burst on an A100 14% above the simulator)."""
+    mean wait is the queued share times half the drain, after the first wave's first
+    completions (averaging the queued requests' wait over all of them put a 1,000-prompt
+    burst on an A100 14% above the simulator)."""
     from core.estimate.waves import BurstWait
     from core.simulate import simulate
     from core.spec.hardware import Hardware
     from core.spec.serving import LoadPoint
 
-    queue = BurstWait(storm_s=2.0, queued=0.75, drain_s=100.0)
+    queue = BurstWait(storm_s=2.0, queued=0.75, drain_s=100.0, first_s=10.0)
     grid = [(i + 0.5) / 10_000 for i in range(10_000)]
     assert queue.mean == pytest.approx(sum(queue.at(q) for q in grid) / len(grid), rel=1e-3)
-    assert queue.at(0.25) == pytest.approx(2.0) and queue.at(1.0) == pytest.approx(102.0)
+    assert queue.at(0.25) == pytest.approx(2.0) and queue.at(1.0) == pytest.approx(112.0)
 
     arch, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("A100-80GB")
     wl = Workload(

@@ -56,7 +56,7 @@ from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilizati
 from core.estimate.latency import finish, overloaded
 from core.estimate.memory import MemoryPlan, plan_memory
 from core.estimate.prediction import Prediction
-from core.estimate.stats import QUANTILES, Stats, mean_len
+from core.estimate.stats import QUANTILES, Stats, cv2_len, mean_len
 from core.estimate.steady import Shape, multi_step, steady_state
 from core.estimate.waves import BurstWait, burst, prefill_storm, synchronized, wave
 from core.spec.engine_defaults import batch_defaults_for
@@ -370,7 +370,12 @@ class Predictor:
         if self.workload.output.kind != "fixed" and per_rep > 1:
             x, gaps, tpots = burst(self.shape, cm, st, per_rep, run, budget, storm)
         queued = max(0.0, per_rep - run)
-        queue = BurstWait(storm, queued / per_rep, queued / x)
+        # The first queued request starts when a first-wave one finishes: renewal theory puts
+        # the i-th completion of N slots started together at (i + N(1 − CV²)/2)/X (CV: the
+        # spread of the output lengths; fixed lengths finish as a wave, ShareGPT's at once
+        # staggered), less half the storm, over which the first wave's decodes started.
+        first = max(0.0, run / (2.0 * x) * (1.0 - min(cv2_len(self.shape.output), 1.0)) - storm / 2.0) if queued else 0.0
+        queue = BurstWait(storm, queued / per_rep, queued / x, first)
         return finish(
             self.shape,
             cfg,

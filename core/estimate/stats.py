@@ -88,6 +88,19 @@ def mean_len(dist: LengthDist) -> float:
     return dist.mean
 
 
+def cv2_len(dist: LengthDist) -> float:
+    """Squared coefficient of variation (variance over the squared mean) of a length
+    distribution: 0 when every draw is the same length."""
+    if dist.kind == "uniform":
+        return dist.range_ratio**2 / 3.0
+    if dist.kind == "normal":
+        return (dist.std / dist.mean) ** 2 if dist.mean > 0 else 0.0
+    if dist.kind == "empirical":
+        m = mean_len(dist)
+        return sum((v - m) ** 2 for v in dist.values) / len(dist.values) / (m * m) if m > 0 else 0.0
+    return 0.0
+
+
 def is_fixed(dist: LengthDist) -> bool:
     """Every draw the same length."""
     return dist.kind == "fixed" or (dist.kind == "uniform" and dist.range_ratio == 0) or (dist.kind == "normal" and dist.std == 0)

@@ -37,24 +37,28 @@ class BurstWait(NamedTuple):
     The first ``1 − queued`` of them are admitted together and prefill back to back in
     full-budget steps (the storm): the j-th one's first token waits j/N of it. The queued
     rest wait the whole storm and then for a slot: the i-th starts once i running requests
-    have finished, so their waits spread evenly over ``drain_s`` (their count over the
-    request rate). Only the queued share waits for a slot: averaging that wait over every
-    request instead over-counted it by n/(n − N), 1.3x at 1,000 prompts over 256 slots."""
+    have finished. Those finish at the steady rate X, but only after a first request has
+    decoded: the first wave all started together, so the i-th completion comes about
+    (i + N/2)/X after the storm (exactly so for fixed lengths, whose waves finish together;
+    on average over the first wave for any length spread). Only the queued share waits for
+    a slot: averaging that wait over every request instead over-counted it by n/(n − N),
+    1.3x at 1,000 prompts over 256 slots."""
 
     storm_s: float
     queued: float  # share of the burst that finds no slot free
-    drain_s: float  # seconds from the first queued request's start to the last one's
+    drain_s: float  # seconds from the first queued request's start to the last one's: (n − N)/X
+    first_s: float = 0.0  # from the storm's end to the first queued request's start: N/2X
 
     @property
     def mean(self) -> float:
-        return self.storm_s * (1.0 - (1.0 - self.queued) / 2.0) + self.queued * self.drain_s / 2.0
+        return self.storm_s * (1.0 - (1.0 - self.queued) / 2.0) + self.queued * (self.first_s + self.drain_s / 2.0)
 
     def at(self, q: float) -> float:
         """The wait at quantile ``q`` of the burst's requests."""
         admitted = 1.0 - self.queued
         if q <= admitted:
             return self.storm_s * q / admitted if admitted > 0 else 0.0
-        return self.storm_s + self.drain_s * (q - admitted) / self.queued
+        return self.storm_s + self.first_s + self.drain_s * (q - admitted) / self.queued
 
 
 def synchronized(shape: Shape) -> bool:
