@@ -405,3 +405,15 @@ def test_a_burst_is_no_faster_than_the_steady_state_at_its_cap():
     ceiling = p.predict(cfg, concurrency=4 * cap).req_per_s
     burst = p.max_throughput(cfg, num_prompts=1000).req_per_s
     assert 0.8 * ceiling < burst <= ceiling
+
+
+def test_staggered_prompts_that_fit_the_budget_stall_a_decode_for_their_own_chunk_only(demo):
+    """Fixed lengths, past the first wave: the client's next prompts arrive a step apart or
+    more, so each 1,024-token prompt takes a step of its own, not a 2,048-token budget step.
+    The p99 inter-token gap is one such step, and the mean is the same prefill time either
+    way (it read 299 ms at 16 per L4, a whole budget step)."""
+    cfg = demo.config(1, 4)
+    pred = demo.predict(cfg, concurrency=64)
+    full_step = pred.step_ms_mixed + pred.step_ms_decode
+    assert pred.step_ms_decode < pred.itl_ms.p99 < 0.8 * full_step
+    assert pred.itl_ms.p50 < pred.itl_ms.mean < pred.itl_ms.p99
