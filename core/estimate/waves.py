@@ -38,16 +38,17 @@ class BurstWait(NamedTuple):
     full-budget steps (the storm): the j-th one's first token waits j/N of it. The queued
     rest wait the whole storm and then for a slot: the i-th starts once i running requests
     have finished. Those finish at the steady rate X, but only after a first request has
-    decoded: the first wave all started together, so the i-th completion comes about
-    (i + N/2)/X after the storm (exactly so for fixed lengths, whose waves finish together;
-    on average over the first wave for any length spread). Only the queued share waits for
-    a slot: averaging that wait over every request instead over-counted it by n/(n − N),
-    1.3x at 1,000 prompts over 256 slots."""
+    decoded: the first wave all started together, so by renewal theory the i-th completion
+    comes about (i + N(1 − CV²)/2)/X after they started (CV: the output lengths' spread;
+    fixed lengths finish as a wave, widely spread ones staggered from the start), and they
+    started during the storm (``Predictor.max_throughput`` sets ``first_s``). Only the
+    queued share waits for a slot: averaging that wait over every request instead
+    over-counted it by n/(n − N), 1.3x at 1,000 prompts over 256 slots."""
 
     storm_s: float
     queued: float  # share of the burst that finds no slot free
     drain_s: float  # seconds from the first queued request's start to the last one's: (n − N)/X
-    first_s: float = 0.0  # from the storm's end to the first queued request's start: N/2X
+    first_s: float = 0.0  # from the storm's end to the first queued request's start
 
     @property
     def mean(self) -> float:
