@@ -160,9 +160,10 @@ def wave(
     # in fewer, longer steps when a prompt needs several.
     first_gap = prefill_all - grid_mean + t_dec
     others = prefill_all - own
-    k = max(0.0, others / t_pf) if t_pf > 0 else 0.0
     if Ic < per_step and w > 1:
         k = w - 1.0
+    else:
+        k = max(0.0, others / t_pf) if t_pf > 0 else 0.0
     k_in = min(k, dec)
     gap_pf = others / k_in if k_in > 0 else 0.0
     gaps = [
