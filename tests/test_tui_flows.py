@@ -5,7 +5,8 @@ from __future__ import annotations
 
 
 import pytest
-from textual.widgets import Input
+from textual import events
+from textual.widgets import Input, Select
 
 from core.spec.plan import demo_plan
 from tui.app import KneeApp, make_app
@@ -138,6 +139,56 @@ async def test_digits_type_into_a_field_the_user_entered_and_switch_screens_afte
         await settle(pilot)
         assert isinstance(app.screen, EstimateScreen)
         assert app.plan.input_len == 2048
+
+
+def _keys_at_once(app: KneeApp, *keys: tuple[str, str | None]) -> None:
+    """Hand the app several keys in one go, as its terminal driver does when they arrive in
+    one read (a slow SSH link, a loaded machine, tmux send-keys): nothing runs in between."""
+    for key, character in keys:
+        app.post_message(events.Key(key, character))
+
+
+def _typed(text: str) -> list[tuple[str, str | None]]:
+    names = {"/": "slash", "-": "minus", ".": "full_stop"}
+    return [(names.get(c, c), c) for c in text]
+
+
+async def test_keys_arriving_together_apply_in_the_order_they_were_typed():
+    """Textual runs an input's editing keys after bubbling them up to the app, so the characters
+    typed after ctrl+u were inserted first and then cleared (Textualize/textual#6605); the
+    fields' input runs them in order. Escape leaves the field before a digit after it arrives."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await pilot.press("tab")
+        assert isinstance(app.focused, Input) and app.focused.id == "model"
+        _keys_at_once(app, ("ctrl+u", "\x15"), *_typed("Qwen/Qwen3-8B"))
+        await settle(pilot)
+        plan_screen = app.screen
+        assert isinstance(plan_screen, PlanScreen)
+        assert plan_screen.field("model").value == "Qwen/Qwen3-8B"
+        _keys_at_once(app, *_typed("x"), ("backspace", "\x7f"), *_typed("-AWQ"))
+        await settle(pilot)
+        assert plan_screen.field("model").value == "Qwen/Qwen3-8B-AWQ"
+        _keys_at_once(app, ("escape", "\x1b"), ("2", "2"))
+        await settle(pilot)
+        assert isinstance(app.screen, EstimateScreen)
+        assert plan_screen.field("model").value == "Qwen/Qwen3-8B-AWQ"
+
+
+async def test_escape_closes_an_open_dropdown_and_stays_in_the_form():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        select = app.screen.query_one("#dataset", Select)
+        select.focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        assert select.expanded
+        await pilot.press("escape")
+        await settle(pilot)
+        assert not select.expanded
+        assert app.focused is select  # the list closed; the field still has the focus
 
 
 async def test_starting_a_sim_sweep_and_watching_rows_arrive(tmp_path):

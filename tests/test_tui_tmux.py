@@ -49,6 +49,10 @@ class Tmux:
             self.run("send-keys", "-t", self.session, k)
             time.sleep(0.15)
 
+    def keys_at_once(self, *keys: str) -> None:
+        """One send-keys: the app reads the keys together, as over a slow link."""
+        self.run("send-keys", "-t", self.session, *keys)
+
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", self.session)
 
@@ -105,8 +109,12 @@ def test_drive_plan_estimate_sweep_and_pareto_then_quit(tmux, tmp_path):
         # Tab enters the model field (the form has the focus at first): replace it and see
         # it resolved inline.
         tmux.keys("Tab", "C-u")
-        tmux.keys("Qwen/Qwen3-8B")
+        tmux.wait_for("type a Hugging Face model id")  # cleared
+        # Keys read together must apply in order: Textual ran ctrl+u after the characters
+        # typed behind it, and left the field empty (Textualize/textual#6605).
+        tmux.keys_at_once("C-u", "Qwen/Qwen3-8B")
         tmux.wait_for("8.2B params")
+        # Apart: an Escape read together with the key after it is that key with Alt held.
         tmux.keys("Escape", "2")
         s = tmux.wait_for("Memory per GPU")
         tmux.wait_for("Qwen/Qwen3-8B on ml.g6.12xlarge")

@@ -22,7 +22,7 @@ from core.catalog import instances
 from core.errors import KneeError
 from tui.data.selection import Selection
 from tui.messages import DeployPlanned, DeployProgress
-from tui.screens.base import KneeScreen
+from tui.screens.base import LEAVE_FIELD, KneeScreen
 from tui.screens.confirm import ConfirmDialog
 from tui.widgets.form_field import FormField
 
@@ -37,7 +37,7 @@ class DeployScreen(KneeScreen):
         Binding("a", "apply", "Apply…"),
         Binding("x", "teardown", "Tear down…"),
         Binding("c", "cancel_apply", "Cancel apply", show=False),
-        Binding("escape", "leave_field", "Leave field", show=False),
+        LEAVE_FIELD,
     ]
 
     def __init__(self) -> None:
@@ -131,8 +131,9 @@ class DeployScreen(KneeScreen):
 
     @work(thread=True, exclusive=True, group="deploy-plan", exit_on_error=False)
     def build(self, sel: Selection, values: dict[str, str], rps: float | None, generation: int = 0) -> None:
-        from core.deploy import DeployTarget, build_plan
         from pydantic import ValidationError
+
+        from core.deploy import DeployTarget, build_plan
 
         try:
             target = DeployTarget(

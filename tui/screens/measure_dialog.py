@@ -19,6 +19,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from core.recommend.measure import MeasureOptions
 from tui.data.recommend_measure import DEFAULT_N, DEFAULT_REGION, measure_options
+from tui.widgets.ordered_input import OrderedInput
 
 
 class MeasureDialog(ModalScreen[MeasureOptions | None]):
@@ -64,13 +65,13 @@ class MeasureDialog(ModalScreen[MeasureOptions | None]):
             )
             with Horizontal(classes="row"):
                 yield Label("N")
-                yield Input(str(self._n), compact=True, id="m-n", restrict=r"[0-9]*")
+                yield OrderedInput(str(self._n), compact=True, id="m-n", restrict=r"[0-9]*")
             with Horizontal(classes="row"):
                 yield Label("role")
-                yield Input(self._role, placeholder="arn:aws:iam::<account>:role/<name>", compact=True, id="m-role")
+                yield OrderedInput(self._role, placeholder="arn:aws:iam::<account>:role/<name>", compact=True, id="m-role")
             with Horizontal(classes="row"):
                 yield Label("region")
-                yield Input(self._region, compact=True, id="m-region")
+                yield OrderedInput(self._region, compact=True, id="m-region")
             yield Static("", id="m-error", markup=False)
             with Horizontal(id="buttons"):
                 yield Button("Cancel", id="cancel")

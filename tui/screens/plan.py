@@ -21,8 +21,9 @@ from core.errors import KneeError
 from core.spec.plan import Plan
 from tui.data.plan_form import CHOICE_FIELDS, check_fields, fields_from_plan
 from tui.messages import ModelResolved
-from tui.screens.base import KneeScreen
+from tui.screens.base import LEAVE_FIELD, KneeScreen
 from tui.widgets.form_field import FormField
+from tui.widgets.ordered_input import OrderedInput
 
 SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     # (title, ((field id, label, placeholder), ...))
@@ -76,7 +77,7 @@ class PlanScreen(KneeScreen):
     BINDINGS = [
         Binding("ctrl+s", "save", "Save plan"),
         Binding("ctrl+o", "load", "Load plan"),
-        Binding("escape", "leave_field", "Leave field", show=False),
+        LEAVE_FIELD,
         Binding("ctrl+r", "reset_demo", "Demo plan", show=False),
     ]
 
@@ -119,7 +120,7 @@ class PlanScreen(KneeScreen):
             yield Label("Plan file", classes="section")
             with Horizontal(id="file-row"):
                 yield Label("path", classes="label")
-                yield Input(str(self.knee.plan_path or "knee-plan.toml"), compact=True, id="plan-path")
+                yield OrderedInput(str(self.knee.plan_path or "knee-plan.toml"), compact=True, id="plan-path")
             yield Static("", id="file-note", markup=False)
         yield Static("", id="plan-summary")
 

@@ -39,9 +39,11 @@ from tui.data.recommend import (
     summary,
 )
 from tui.data.recommend_measure import measured_rows, measured_summary
+from tui.screens.base import LEAVE_FIELD
 from tui.screens.recommend_measure import MeasureMixin
-from tui.widgets.point_table import rich_style
 from tui.widgets.measure_progress import MeasureProgress
+from tui.widgets.ordered_input import OrderedInput
+from tui.widgets.point_table import rich_style
 from tui.widgets.recommend_plot import FRONTIER, POINT, RecommendPlot
 
 COLUMNS = (
@@ -78,7 +80,7 @@ class RecommendScreen(MeasureMixin):
         Binding("a", "toggle_layouts", "All layouts"),
         Binding("e", "toggle_excluded", "Excluded"),
         Binding("m", "measure", "Measure top N on SageMaker"),
-        Binding("escape", "leave_field", "Leave field", show=False),
+        LEAVE_FIELD,
         # While measuring: cancel (core tears every endpoint down), and no quitting past it.
         Binding("ctrl+c", "cancel_measure", "Cancel measurement", show=False),
         Binding("q", "quit_unless_measuring", "Quit"),
@@ -113,7 +115,7 @@ class RecommendScreen(MeasureMixin):
                 yield Label("goal", classes="label")
                 yield Select([(g, g) for g in GOALS], value="cost", allow_blank=False, compact=True, id="rec-goal")
                 yield Label("target req/s", classes="label")
-                yield Input(
+                yield OrderedInput(
                     "",
                     placeholder="none",
                     compact=True,

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.suggester import Suggester
-from textual.widgets import Input, Label, Select, Static
+from textual.widgets import Label, Select, Static
+
+from tui.widgets.ordered_input import OrderedInput
 
 
 class FormField(Vertical):
@@ -51,7 +53,7 @@ class FormField(Vertical):
             if self._choices is not None:
                 yield Select([(c, c) for c in self._choices], value=self._value, allow_blank=False, compact=True, id=self.field_id)
             else:
-                yield Input(
+                yield OrderedInput(
                     self._value,
                     placeholder=self._placeholder,
                     suggester=self._suggester,
