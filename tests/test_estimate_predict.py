@@ -24,10 +24,14 @@ def test_throughput_rises_then_saturates(demo):
     cfg = demo.config(1, 1)
     curve = demo.curve(cfg, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
     rps = [p.req_per_s for p in curve]
-    assert all(b >= a * 0.999 for a, b in zip(rps, rps[1:]))  # never falls
+    below = [p.req_per_s for p in curve if p.limited_by == "load"]
+    assert len(below) >= 5 and all(b > a for a, b in zip(below, below[1:]))  # rises to the cap
     assert rps[3] > 4 * rps[0]  # batching pays at low load
-    assert rps[-1] < 1.02 * rps[-2]  # flat past saturation
+    assert rps[-1] == pytest.approx(rps[-2], rel=1e-3)  # flat past saturation
     assert curve[-1].limited_by in ("kv_cache", "max_num_seqs", "token_budget")
+    # Past the KV cache's limit vLLM evicts and recomputes: a few percent below the peak, as
+    # the simulator's scheduler has it, never a collapse.
+    assert min(rps[len(below) :]) > 0.9 * max(below)
     # Output throughput is request throughput times the output length.
     assert curve[5].output_tok_per_s == pytest.approx(curve[5].req_per_s * 512)
 
@@ -35,11 +39,13 @@ def test_throughput_rises_then_saturates(demo):
 def test_ttft_explodes_past_saturation_while_itl_stays_bounded(demo):
     cfg = demo.config(1, 1)
     cap, _ = demo.running_cap(cfg)
-    low, at, past = (demo.predict(cfg, concurrency=c) for c in (1, int(cap), int(4 * cap)))
+    low, at, over, past = (demo.predict(cfg, concurrency=c) for c in (1, int(cap), int(2 * cap), int(4 * cap)))
     assert past.ttft_ms.mean > 20 * low.ttft_ms.mean
     assert past.queued > 0 and at.queued < past.queued
-    # Queueing adds waiting, not slower decoding: ITL is the same once the batch is capped.
-    assert past.itl_ms.mean == pytest.approx(at.itl_ms.mean, rel=0.05)
+    # Queueing adds waiting, not slower decoding: ITL is the same once the batch is capped
+    # (past the KV cache's limit it carries the evicted requests' recompute, whatever the queue).
+    assert past.itl_ms.mean == pytest.approx(over.itl_ms.mean, rel=1e-3)
+    assert at.itl_ms.mean <= past.itl_ms.mean < 1.25 * at.itl_ms.mean
     assert past.itl_ms.mean > low.itl_ms.mean
 
 
@@ -340,9 +346,10 @@ def test_a_burst_averages_tpot_over_requests_not_tokens():
 
 def test_a_full_kv_cache_with_requests_waiting_recomputes_evicted_context():
     """vLLM admits a request once its prompt fits and evicts a running one when the cache
-    fills: a burst larger than the KV cache recomputes a token per running sequence each step,
-    so it decodes slower than the same batch with nobody waiting. TensorRT-LLM reserves the
-    whole request at admission and does not."""
+    fills: a burst larger than the KV cache recomputes up to a token per running sequence each
+    step, in the steps with budget to spare, and in whole contexts, so it decodes slower than
+    the same batch with nobody waiting. TensorRT-LLM reserves the whole request at admission
+    and does not."""
     from core.estimate.steady import recompute_tokens, steady_state
 
     arch, gpu = load_model("Qwen/Qwen2.5-7B"), get_gpu("A100-80GB")
@@ -360,7 +367,29 @@ def test_a_full_kv_cache_with_requests_waiting_recomputes_evicted_context():
     assert recompute_tokens(60.0, 2048) == 60.0 and recompute_tokens(5000.0, 2048) == 2048.0
     cm, budget = vllm.cost_model(1, "auto", cfg.stream_interval), vllm._knobs(cfg)[0]
     calm, evicting = (steady_state(vllm.shape, cm, cap, budget, 0.0, e) for e in (False, True))
-    assert evicting.t_pure > calm.t_pure and evicting.throughput < calm.throughput
+    # The recompute comes back as prefill chunks in the mixed steps, not spread over every step.
+    assert evicting.t_pure == calm.t_pure and evicting.n_mixed > calm.n_mixed
+    assert evicting.tpot > calm.tpot and evicting.throughput < calm.throughput
+
+
+def test_a_burst_that_evicts_agrees_with_the_simulators_scheduler():
+    """Recompute spread thinly over every step hid under the decodes' KV read: 1,000 prompts
+    of 1,024/1,024 tokens on a quarter of an A100 came out 1.17x the throughput of the
+    simulator, whose scheduler admits, evicts the newest and recomputes it as vLLM does."""
+    from core.simulate import simulate
+    from core.spec.hardware import Hardware
+    from core.spec.serving import LoadPoint
+
+    arch, gpu = load_model("Qwen/Qwen2-7B-Instruct"), get_gpu("A100-80GB")
+    wl = Workload.fixed(1024, 1024).model_copy(update={"num_prompts": 1000})
+    p = Predictor(arch, gpu, wl, gpu_memory_utilization=0.25)
+    cfg = p.config(1)
+    assert p.evicts(p.running_cap(cfg)[1])
+    est = p.max_throughput(cfg, num_prompts=1000)
+    sim = simulate(arch, Hardware(gpu=gpu, num_gpus=1), cfg, wl, LoadPoint(concurrency=1000, num_prompts=1000))
+    assert sim.preemptions > 100  # the simulated engine did evict
+    assert est.req_per_s == pytest.approx(sim.summary["request_throughput"], rel=0.08)
+    assert est.tpot_ms.mean == pytest.approx(sim.summary["mean_tpot_ms"], rel=0.25)
 
 
 def test_a_bursts_queue_wait_is_averaged_over_every_request_and_agrees_with_the_simulator():

@@ -120,7 +120,16 @@ def wave(
     t_pf = prefill_step_seconds(cm, p, I, cached, Ic)
     ctx = I + dec / 2.0
     r = recompute_tokens(w, budget) if evicting and c > cap else 0.0
-    t_dec = cm.step_seconds(r, r * ctx / 2.0, r, w, w * ctx, r / ctx) if dec > 0 else 0.0
+    # Eviction pays for the growth only in steps with budget to spare (core.estimate.steady).
+    r *= 1.0 - min(1.0, w * (Ic + dec) / budget / (steps_pf + dec))
+    t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
+    if r > 0 and dec > 0:
+        # Evicted contexts come back in chunks (a context at a time, up to the budget) in
+        # some of the decode steps, as in the steady state (core.estimate.steady).
+        chunk = max(r, min(ctx, float(per_step)))
+        with_chunk = r * dec / chunk  # decode steps that carry one
+        t_chunk = cm.step_seconds(chunk, chunk * ctx / 2.0, chunk, w, w * ctx, 1.0)
+        t_dec += (t_chunk - t_dec) * with_chunk / dec
     prefill_all = steps_pf * t_pf
 
     # Prompt j's first token leaves with the step that finishes it: ceil(j·I/budget) steps.
