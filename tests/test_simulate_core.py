@@ -100,6 +100,36 @@ def test_kv_pressure_preempts_and_every_request_still_completes(arch):
     assert all(rec.output_tokens == 300 for rec in r.records)
 
 
+def test_an_evicted_request_finds_its_own_blocks_in_the_prefix_cache_when_readmitted():
+    """vLLM V1 frees an evicted request's blocks to the back of the free queue, still
+    cached: readmitted before allocations reach them, it computes only what was lost. A
+    prompt longer than the budget is admitted on its first chunk and evicts itself for the
+    next when the cache is full; recomputed from scratch each time, the simulator thrashed
+    (GPUStack's 32k-token prompts on an A100: 1,881 preemptions for 100 requests, 0.31x the
+    measured throughput; 105 and 0.84x with the cache)."""
+    from core.catalog import get_gpu
+    from core.spec.hardware import Hardware
+
+    arch = load_model("meta-llama/Llama-3.1-8B")
+    hw = Hardware(gpu=get_gpu("A100-80GB"), num_gpus=1)
+    wl = Workload.fixed(4000, 200, num_prompts=400)
+    runs = {
+        cached: simulate(
+            arch,
+            hw,
+            ServerConfig(model="meta-llama/Llama-3.1-8B", gpu_memory_utilization=0.3, max_model_len=8192, enable_prefix_caching=cached),
+            wl,
+            LoadPoint(concurrency=256),
+        )
+        for cached in (True, False)
+    }
+    assert runs[True].kv_capacity_tokens < 20 * 4200  # the cache holds a handful of requests
+    assert runs[False].preemptions > 2 * 400  # recomputing from scratch, it thrashes
+    assert runs[True].preemptions < 400 / 4 and runs[True].prefix_hits > 0
+    assert runs[True].summary["request_throughput"] > 1.5 * runs[False].summary["request_throughput"]
+    assert all(r.summary["completed"] == 400 for r in runs.values())
+
+
 def test_prefix_caching_hits_and_cuts_ttft(arch, g6):
     # ISL = 1536 shared + 512 drawn, as the load generator builds shared-prefix prompts.
     wl = Workload.fixed(512, 64, num_prompts=200, dataset="shared-prefix", shared_prefix_len=1536)

@@ -8,7 +8,9 @@ order:
    token. Each needs a KV slot; a sequence whose KV length is a multiple of 16 needs a new
    block. When the pool runs dry the most recently admitted running request is
    **preempted** (its blocks freed, pushed to the front of the waiting queue, and later
-   recomputed from scratch: prompt plus the tokens it had generated), as V1 does.
+   recomputed: prompt plus the tokens it had generated), as V1 does. With prefix caching
+   its full blocks stay cached at the back of the free queue, and a readmission computes
+   only what allocations took from them since.
 2. **Running prefills** (partially prefilled prompts) get chunks from what is left of the
    token budget (``max_num_batched_tokens`` minus one token per decode): chunked prefill.
 3. **Admission.** Waiting requests join, in order, while the budget lasts, fewer than
@@ -100,6 +102,11 @@ class Replica:
         self.finish_heap: list[tuple[int, int, int]] = []  # (last decode step, admit seq, rid)
         self.victims: list[tuple[int, int, int]] = []  # (-priority, admit seq, rid): preemption order
         self._admit_seq = 0
+        # With prefix caching an evicted request's full blocks stay in the cache, at the back
+        # of the free queue, until allocations reach them: rid -> (its full blocks, free
+        # blocks ahead of them, ``taken`` when it was evicted). ``taken``: blocks allocated.
+        self.evicted: dict[int, tuple[int, int, int]] = {}
+        self.taken = 0
 
         # Statistics.
         self.preemptions = 0
@@ -170,6 +177,9 @@ class Replica:
                 break
         else:
             return -1
+        full = (R.kv[rid] + (self.dstep - R.s0[rid]) if st == DECODE else R.kv[rid]) // BLOCK
+        if self.prefix_caching and not self.v0 and not R.shared[rid]:
+            self.evicted[rid] = (full, self.free, self.taken)
         self._release(rid, decode_allocated)
         state[rid] = WAITING
         self.waiting.appendleft(rid)
@@ -181,6 +191,7 @@ class Replica:
         its KV blocks; whatever it computed is wasted."""
         R = self.reqs
         st = R.state[rid]
+        self.evicted.pop(rid, None)
         if st == WAITING:
             self.waiting.remove(rid)
         elif st == PREFILL or st == DECODE:
@@ -201,13 +212,17 @@ class Replica:
         self.on_finish(rid, self.t)
         return rid
 
-    def _admit(self, rid: int, hit: int, nb: int) -> None:
+    def _admit(self, rid: int, hit: int, nb: int, own: int = 0) -> None:
+        """``hit``: prompt tokens found in the cache; ``own``: how many of its blocks were
+        the request's own, cached when it was evicted (in the free queue until now, and its
+        own again: not pinned like a shared prefix's)."""
         R = self.reqs
         self.waiting.popleft()
-        self.free -= nb
+        self.free -= nb + own
+        self.taken += nb
         if hit:
             self.prefix_hits += 1
-        R.shared[rid] = hit // BLOCK
+        R.shared[rid] = 0 if own else hit // BLOCK
         R.kv[rid] = hit
         R.state[rid] = PREFILL
         self._admit_seq += 1
@@ -217,6 +232,15 @@ class Replica:
         # preemption outranks newer arrivals there.
         heapq.heappush(self.victims, (-(rid if self.v0 else self._admit_seq), self._admit_seq, rid))
         self.prefilling.append(rid)
+
+    def _own_blocks(self, rid: int, target: int) -> int:
+        """Full blocks of an evicted request still in the cache when it is readmitted: the
+        free queue hands out its oldest blocks first and a request's last blocks before its
+        first, so the allocations since the eviction, past the blocks that were free ahead
+        of its own, took its context from the end."""
+        full, ahead, mark = self.evicted[rid]
+        lost = max(0, self.taken - mark - ahead)
+        return max(0, min(full - lost, (target - 1) // BLOCK))
 
     def _hit(self, rid: int, target: int) -> int:
         """Prefix-cache hit: full blocks of the shared prefix (vLLM always recomputes at
@@ -245,6 +269,7 @@ class Replica:
                 break
             need = phase[ds % BLOCK]
         self.free -= need
+        self.taken += need
         n_dec = self.n_dec
         budget = self.max_tokens - n_dec
 
@@ -273,6 +298,7 @@ class Replica:
                 if not ok:
                     break
                 self.free -= nb
+                self.taken += nb
                 budget -= chunk
                 p_tok += chunk
                 p_attn += chunk * (c + chunk * 0.5)
@@ -293,13 +319,19 @@ class Replica:
                     break
                 target = P[rid] + gen[rid]
                 hit = self._hit(rid, target) if self.prefix_cached else 0
+                own = self._own_blocks(rid, target) if rid in self.evicted else 0
+                if own * BLOCK > hit:
+                    hit = own * BLOCK
+                else:
+                    own = 0
                 chunk = target - hit
                 if chunk > budget:
                     chunk = budget
                 nb = (hit + chunk + BLOCK - 1) // BLOCK - hit // BLOCK
-                if nb > self.free:
+                if nb + own > self.free:
                     break
-                self._admit(rid, hit, nb)
+                self.evicted.pop(rid, None)
+                self._admit(rid, hit, nb, own)
                 budget -= chunk
                 p_tok += chunk
                 p_attn += chunk * (hit + chunk * 0.5)
