@@ -46,6 +46,7 @@ import math
 from collections import deque
 
 # Callers take the request table and its states from here too.
+from core.simulate.evicted import EvictedBlocks
 from core.simulate.requests import BLOCK, DECODE, DONE, FAILED, PENDING, PREFILL, WAITING, Requests
 
 __all__ = ["BLOCK", "DECODE", "DONE", "FAILED", "PENDING", "PREFILL", "WAITING", "Replica", "Requests"]
@@ -102,11 +103,7 @@ class Replica:
         self.finish_heap: list[tuple[int, int, int]] = []  # (last decode step, admit seq, rid)
         self.victims: list[tuple[int, int, int]] = []  # (-priority, admit seq, rid): preemption order
         self._admit_seq = 0
-        # With prefix caching an evicted request's full blocks stay in the cache, at the back
-        # of the free queue, until allocations reach them: rid -> (its full blocks, free
-        # blocks ahead of them, ``taken`` when it was evicted). ``taken``: blocks allocated.
-        self.evicted: dict[int, tuple[int, int, int]] = {}
-        self.taken = 0
+        self.evicted = EvictedBlocks(BLOCK)  # cached until allocations reach them
 
         # Statistics.
         self.preemptions = 0
@@ -177,9 +174,8 @@ class Replica:
                 break
         else:
             return -1
-        full = (R.kv[rid] + (self.dstep - R.s0[rid]) if st == DECODE else R.kv[rid]) // BLOCK
         if self.prefix_caching and not self.v0 and not R.shared[rid]:
-            self.evicted[rid] = (full, self.free, self.taken)
+            self.evicted.evicted(rid, R.kv[rid] + (self.dstep - R.s0[rid]) if st == DECODE else R.kv[rid], self.free)
         self._release(rid, decode_allocated)
         state[rid] = WAITING
         self.waiting.appendleft(rid)
@@ -191,7 +187,7 @@ class Replica:
         its KV blocks; whatever it computed is wasted."""
         R = self.reqs
         st = R.state[rid]
-        self.evicted.pop(rid, None)
+        self.evicted.forget(rid)
         if st == WAITING:
             self.waiting.remove(rid)
         elif st == PREFILL or st == DECODE:
@@ -219,7 +215,7 @@ class Replica:
         R = self.reqs
         self.waiting.popleft()
         self.free -= nb + own
-        self.taken += nb
+        self.evicted.taken += nb
         if hit:
             self.prefix_hits += 1
         R.shared[rid] = 0 if own else hit // BLOCK
@@ -232,15 +228,6 @@ class Replica:
         # preemption outranks newer arrivals there.
         heapq.heappush(self.victims, (-(rid if self.v0 else self._admit_seq), self._admit_seq, rid))
         self.prefilling.append(rid)
-
-    def _own_blocks(self, rid: int, target: int) -> int:
-        """Full blocks of an evicted request still in the cache when it is readmitted: the
-        free queue hands out its oldest blocks first and a request's last blocks before its
-        first, so the allocations since the eviction, past the blocks that were free ahead
-        of its own, took its context from the end."""
-        full, ahead, mark = self.evicted[rid]
-        lost = max(0, self.taken - mark - ahead)
-        return max(0, min(full - lost, (target - 1) // BLOCK))
 
     def _hit(self, rid: int, target: int) -> int:
         """Prefix-cache hit: full blocks of the shared prefix (vLLM always recomputes at
@@ -269,7 +256,7 @@ class Replica:
                 break
             need = phase[ds % BLOCK]
         self.free -= need
-        self.taken += need
+        self.evicted.taken += need
         n_dec = self.n_dec
         budget = self.max_tokens - n_dec
 
@@ -298,7 +285,7 @@ class Replica:
                 if not ok:
                     break
                 self.free -= nb
-                self.taken += nb
+                self.evicted.taken += nb
                 budget -= chunk
                 p_tok += chunk
                 p_attn += chunk * (c + chunk * 0.5)
@@ -319,7 +306,7 @@ class Replica:
                     break
                 target = P[rid] + gen[rid]
                 hit = self._hit(rid, target) if self.prefix_cached else 0
-                own = self._own_blocks(rid, target) if rid in self.evicted else 0
+                own = self.evicted.cached_blocks(rid, target) if rid in self.evicted else 0
                 if own * BLOCK > hit:
                     hit = own * BLOCK
                 else:
@@ -330,7 +317,7 @@ class Replica:
                 nb = (hit + chunk + BLOCK - 1) // BLOCK - hit // BLOCK
                 if nb + own > self.free:
                     break
-                self.evicted.pop(rid, None)
+                self.evicted.forget(rid)
                 self._admit(rid, hit, nb, own)
                 budget -= chunk
                 p_tok += chunk
