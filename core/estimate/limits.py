@@ -108,7 +108,9 @@ def compute_limits(p: Predictor, cfg: ServerConfig, slo: SLO | None = None) -> L
             cache[c] = p.predict(cfg, concurrency=c)
         return cache[c]
 
-    best = pred(hi)
+    # Flat past the cap, or a few percent lower past a KV cache that evicts and recomputes:
+    # the peak is at the cap then.
+    best = max(pred(hi), pred(total_cap), key=lambda x: x.req_per_s)
     sat = _smallest(lambda c: pred(c).req_per_s >= SATURATION_SHARE * best.req_per_s, 1, hi) or hi
 
     limits: list[ConstraintLimit] = []
