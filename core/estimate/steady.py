@@ -186,7 +186,9 @@ def recompute_tokens(n: float, budget: int) -> float:
     and calibration rows that run at the KV cache's limit came out 1.41x too fast on vLLM
     (65 rows, ITL 0.83x) and 1.84x on SGLang (14 rows), against 1.01x and 1.03x for the rows
     the load limits; TensorRT-LLM, which reserves a request's whole length at admission,
-    1.10x (31 rows)."""
+    1.10x (31 rows). That is the most eviction can cost: :func:`steady_state` and
+    :func:`core.estimate.waves.wave` scale it by the share of the budget the batch leaves
+    spare, and bring it back in context-sized prefill chunks."""
     return min(max(n, 0.0), float(budget))
 
 
