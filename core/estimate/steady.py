@@ -94,7 +94,7 @@ def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: flo
     busy = min(n, 1.0)
     n = max(n, 1.0)
     ctx = I + dec_steps / 2.0  # mean context of a decoding sequence
-    r = recompute_tokens(n, budget) if evicting else 0.0
+    own = n * (Ic + dec_steps)  # the batch's own tokens per cycle, prompts and decodes
 
     def step(p_tok: float, p_attn: float, p_kv: float, dec: float, dec_ctx: float, prefilling: float, rides: float = 0.0) -> float:
         # ``rides``: evicted context recomputed in every step, at the running contexts.
@@ -112,13 +112,7 @@ def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: flo
                 break
             k = k_new
         steps = k + dec_steps
-        # The batch's own tokens fill a share u of the budget. Only a step with budget to
-        # spare admits a waiting request into the blocks that a completion frees; in a full
-        # step they pay for the batch's growth instead, so the growth is paid by eviction in
-        # the other 1 - u of the steps (the simulator's scheduler recomputes 0.04-0.92 tokens
-        # per running sequence per step over u = 0.97-0.06).
-        u = min(1.0, n * (Ic + dec_steps) / budget / steps)
-        r *= 1.0 - u
+        r = recompute_tokens(n, budget, own / budget / steps) if evicting else 0.0
         # An evicted request is readmitted like a prompt, its whole context in budget-sized
         # chunks: the recompute (r tokens a step on average) rides in the mixed steps, where
         # it is compute-bound, not spread thinly over the memory-bound decode steps (spread,
@@ -131,7 +125,7 @@ def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: flo
         prefilling = chunks / n_mixed  # sequences prefilling in a mixed step
         dec_mixed = max(0.0, n - prefilling) if n_mixed < steps else n * dec_steps / steps
         dec_pure = n
-        bound = n * (Ic + dec_steps) / max(budget - r, budget * 0.02, 1.0)
+        bound = own / max(budget - r, budget * 0.02, 1.0)
         if bound > steps:
             # Token-budget bound: every step is full (decodes plus prefill chunks up to
             # max_num_batched_tokens) and prompts wait between their chunks.
@@ -154,6 +148,7 @@ def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: flo
         # when they fit the budget (longer prompts in budget-sized pieces), while decodes
         # stall. Waiting prompts go first, so those that arrived during the last step share one.
         k = max(1, math.ceil(Ic / budget))
+        r = recompute_tokens(n, budget) if evicting else 0.0  # rides in every step here
         t_pure = step(0.0, 0.0, 0.0, n, n * ctx, 0.0, r) if dec_steps > 0 else 0.0
         fit = max(1.0, budget // max(int(Ic), 1)) if k == 1 else 1.0
         group = 1.0
@@ -175,7 +170,7 @@ def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: flo
     return State(n, k, steps, n_mixed, t_mixed, t_pure, cycle, prefill, tpot, frac_mixed, p_tok, dec_mixed, dec_pure, c)
 
 
-def recompute_tokens(n: float, budget: int) -> float:
+def recompute_tokens(n: float, budget: int, filled: float = 0.0) -> float:
     """Prompt tokens recomputed per step when the KV cache is full and requests wait, on an
     engine that admits a request once its prompt fits and frees a running one's cache to let
     the others grow (vLLM's preemption by recompute). Every step the
@@ -186,10 +181,14 @@ def recompute_tokens(n: float, budget: int) -> float:
     and calibration rows that run at the KV cache's limit came out 1.41x too fast on vLLM
     (65 rows, ITL 0.83x) and 1.84x on SGLang (14 rows), against 1.01x and 1.03x for the rows
     the load limits; TensorRT-LLM, which reserves a request's whole length at admission,
-    1.10x (31 rows). That is the most eviction can cost: :func:`steady_state` and
-    :func:`core.estimate.waves.wave` scale it by the share of the budget the batch leaves
-    spare, and bring it back in context-sized prefill chunks."""
-    return min(max(n, 0.0), float(budget))
+    1.10x (31 rows).
+
+    ``filled``: the share of the budget the batch's own tokens (prompts and decodes) take.
+    Only a step with budget to spare admits a waiting request into the blocks a completion
+    frees; in a full step they pay for the growth instead, so eviction pays for it in the
+    other 1 - ``filled`` of the steps (the simulator's scheduler recomputes 0.04-0.92 tokens
+    per running sequence per step as the batch fills 97-6% of the budget)."""
+    return min(max(n, 0.0), float(budget)) * (1.0 - min(max(filled, 0.0), 1.0))
 
 
 def steady_gaps(shape: Shape, st: State, weight: float) -> list[tuple[float, float]]:

@@ -119,9 +119,7 @@ def wave(
     p = tokens / steps_pf
     t_pf = prefill_step_seconds(cm, p, I, cached, Ic)
     ctx = I + dec / 2.0
-    r = recompute_tokens(w, budget) if evicting and c > cap else 0.0
-    # Eviction pays for the growth only in steps with budget to spare (core.estimate.steady).
-    r *= 1.0 - min(1.0, w * (Ic + dec) / budget / (steps_pf + dec))
+    r = recompute_tokens(w, budget, w * (Ic + dec) / budget / (steps_pf + dec)) if evicting and c > cap else 0.0
     t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
     if r > 0 and dec > 0:
         # Evicted contexts come back in chunks (a context at a time, up to the budget) in

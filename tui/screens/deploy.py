@@ -131,9 +131,8 @@ class DeployScreen(KneeScreen):
 
     @work(thread=True, exclusive=True, group="deploy-plan", exit_on_error=False)
     def build(self, sel: Selection, values: dict[str, str], rps: float | None, generation: int = 0) -> None:
-        from pydantic import ValidationError
-
         from core.deploy import DeployTarget, build_plan
+        from pydantic import ValidationError
 
         try:
             target = DeployTarget(
