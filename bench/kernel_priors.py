@@ -71,8 +71,12 @@ def measured(path: Path) -> dict[str, float]:
 
 # Engines whose decode steps run as CUDA graphs of compiled or fused layers, as
 # bench/gpu_layer_floor.py measures them: the measured floor is their layer_us prior. TensorRT-LLM
-# (its own fused plugins), TGI 1.x (no CUDA graphs) and vLLM < 0.6 keep their hand-set values.
-GRAPH_ENGINES = ("vllm", "vllm-v0", "sglang")
+# too: its decode steps replay CUDA graphs (the PyTorch backend's default, and NIM's engines) and
+# a layer still launches its GEMMs, attention, all-reduce and fused norms in turn; its hand-set
+# 6 us (no measurement behind it) is a sixth of what a graph-captured layer measured, and put
+# NIM's TPOT at concurrency 1 15-20% fast. TGI 1.x (no CUDA graphs) and vLLM < 0.6 keep their
+# hand-set values.
+GRAPH_ENGINES = ("vllm", "vllm-v0", "sglang", "tensorrt-llm")
 
 
 def layer_floors(doc: dict, bw_weights: float, bw_kv: float) -> list[float]:
