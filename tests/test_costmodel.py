@@ -246,6 +246,23 @@ def test_engine_profiles_by_version():
     assert engine_profile("vllm", None) != engine_profile("vllm", "0.11.0")
 
 
+def test_other_spellings_of_an_engine_take_its_profile():
+    """Benchmark reports write TensorRT-LLM and TGI several ways; each takes the profile of the
+    engine it names (TGI's admission that waits rather than evicts included), and a name knee
+    has no profile for is refused with the names it knows."""
+    from core.errors import BadInput
+    from core.estimate.params import engine_profile
+
+    for name in ("trtllm", "TRT-LLM", "tensorrt_llm", "TensorRT-LLM"):
+        assert engine_profile(name, "1.0.0") == engine_profile("tensorrt-llm", "1.0.0")
+    tgi = engine_profile("text-generation-inference", "1.0.3")
+    assert tgi == engine_profile("tgi", "1.0.3")
+    assert tgi["evicts_when_full"] == 0 and engine_profile("vllm", "0.5.0")["evicts_when_full"] == 1
+    with pytest.raises(BadInput, match="unknown engine 'lmdeploy'") as e:
+        engine_profile("lmdeploy")
+    assert "tensorrt-llm, nim or tgi" in e.value.hint
+
+
 def test_no_peer_to_peer_stages_all_reduce_through_the_host_even_on_nvlink():
     """A box without GPU P2P (vLLM: "Custom allreduce is disabled because your platform lacks
     GPU P2P capability") all-reduces through host memory over the PCIe slot, NVLink or not,

@@ -64,6 +64,24 @@ def _release(version: str | None) -> tuple[int, ...]:
     return release(version, 2)
 
 
+# Other spellings of the engines knee models, as benchmark reports and tools write them.
+ENGINE_ALIASES = {
+    "trtllm": "tensorrt-llm",
+    "trt-llm": "tensorrt-llm",
+    "tensorrt_llm": "tensorrt-llm",
+    "tensorrtllm": "tensorrt-llm",
+    "text-generation-inference": "tgi",
+    "nvidia-nim": "nim",
+}
+
+
+def canonical_engine(engine: str | None) -> str:
+    """The engine's name as knee's profiles know it: lower case, other spellings mapped
+    (``TRT-LLM`` -> ``tensorrt-llm``, ``text-generation-inference`` -> ``tgi``); None -> vllm."""
+    name = (engine or "vllm").strip().lower()
+    return ENGINE_ALIASES.get(name, name)
+
+
 def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     """Overheads for an engine. vLLM by version: before 0.6 the legacy engine, 0.6 and 0.7
     the V0 engine (faster, still no chunked prefill by default), from 0.8 V1, from 0.14 (or
@@ -73,7 +91,8 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     (bench/data/published.jsonl fmbench-*, tgisagemaker-*) the median error of req/s is 31%
     with it and 83% with the current-vLLM profile."""
     table = calibration()["engine"]
-    name = (engine or "vllm").lower()
+    name = canonical_engine(engine)
+    asked = name
     release = _release(version)
     if name == "tgi" and release and release[0] < 2:
         name = "vllm-legacy"
@@ -101,12 +120,12 @@ def engine_profile(engine: str, version: str | None = None) -> dict[str, float]:
     if name in ("sim", "other", "tgi", "custom"):
         name = "vllm"
     if name not in table:
-        raise BadInput(f"unknown engine {engine!r}", f"use one of {', '.join(table)}")
+        raise BadInput(f"unknown engine {engine!r}", "use one of vllm, sglang, tensorrt-llm, nim or tgi; --engine-version names a release")
     prof = table[name]
     parent = prof.get("inherits")
     # A version's profile names the profile it differs from and sets only what differs.
     out = {**table[parent], **{k: v for k, v in prof.items() if k != "inherits"}} if parent else prof
-    if (engine or "").lower() == "tgi":
+    if asked == "tgi":
         # TGI's router admits a request against max_batch_total_tokens with its whole
         # max_new_tokens counted: it waits rather than evicts.
         out = {**out, "evicts_when_full": 0}
