@@ -105,10 +105,11 @@ def clean(o):
 def resolve(row: dict):
     """(reference, HF config dict, ModelArch) for the row; config and arch are None when the
     architecture has no bundled config (the row is then skipped, not guessed)."""
-    from core.catalog.models import _bundled_config, arch_from_config
+    from core.catalog.bundled import bundled_config
+    from core.catalog.models import arch_from_config
 
     ref = row.get("architecture_of") or row["model"]
-    cfg = _bundled_config(ref)
+    cfg = bundled_config(ref)
     if cfg is None:
         return ref, None, None
     return ref, cfg, arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))

@@ -83,6 +83,14 @@ CARDS = {
     "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": 109.0,  # an FP8 alias of Llama-4-Scout
     "lmsys/vicuna-7b-v1.5": 6.74,  # an alias of Llama-2-7b-hf (6,738,415,616 with its shapes)
     "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF": 70.6,  # an alias of Llama-3.1-70B-Instruct
+    # Added from stored copies of the published config.json (see core/catalog/data/model-aliases.md).
+    # The vendored model.safetensors.index.json beside the config: 61,064,245,248 bf16 bytes.
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": 30.5,  # model card: 30.5B in total
+    "microsoft/Phi-4-mini-instruct": 3.8,  # "3.8B" (executorch README); tied 200,064-token embedding
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": 1.7,  # the name's 1.7B; tied embeddings
+    "ibm-granite/granite-3.3-8b-instruct": 8.17,  # "8b"; the source's tensor shapes give 8.17B (tied)
+    "tiiuae/Falcon3-7B-Instruct": 7.46,  # "7B"; the source's tensor shapes give 7.46B (untied)
+    "allenai/OLMo-2-1124-7B-Instruct": 7.3,  # "7B"; the source's shapes give 7.30B (q/k norms left out)
 }
 
 # MoE models: (active billions from the card, knee's count that matches the card's convention).
@@ -93,6 +101,8 @@ MOE_ACTIVE = {
     "zai-org/GLM-4.5-Air": (12.0, lambda a: a.params_active - a.lm_head_params, 0.05),
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": (17.0, lambda a: a.params_active_with_embeddings, 0.02),
     "meta-llama/Llama-4-Maverick-17B-128E-Instruct": (17.0, lambda a: a.params_active_with_embeddings, 0.02),
+    # The card's "3.3B activated" counts both embedding tables (3.35B; 3.04B without them).
+    "Qwen/Qwen3-Coder-30B-A3B-Instruct": (3.3, lambda a: a.params_active_with_embeddings, 0.02),
 }
 
 

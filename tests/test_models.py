@@ -3,6 +3,7 @@ import json
 import pytest
 
 from core.catalog import bundled_models, load_model
+from core.catalog.bundled import bundled_config
 from core.catalog.models import arch_from_config
 from core.errors import BadInput
 
@@ -83,11 +84,24 @@ def test_a_float32_checkpoint_is_served_in_16_bits():
 
 
 def test_local_directory(tmp_path):
-    cfg = json.load(open(__import__("core.catalog.models", fromlist=["x"])._data().joinpath("models/Qwen--Qwen3-8B.json")))
-    cfg.pop("_source")
+    cfg = bundled_config("Qwen/Qwen3-8B")
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     arch = load_model(str(tmp_path))
     assert rel(arch.params_total, 8.19e9) < 0.02
+
+
+def test_an_unknown_model_is_refused_with_the_bundled_ids_it_resembles(monkeypatch):
+    """`--model Qwen3-8B` (no organisation, which vLLM and SageMaker cannot download) and near
+    misses are refused with the bundled ids they resemble, the same name first."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BadInput, match=r"unknown model 'qwen3-8b' \(did you mean Qwen/Qwen3-8B or "):
+        load_model("qwen3-8b")
+    with pytest.raises(BadInput, match=r"unknown model 'Llama-2-7b-chat' \(did you mean meta-llama/Llama-2-7b-chat-hf"):
+        load_model("Llama-2-7b-chat")
+    with pytest.raises(BadInput, match=r"not in the HF cache \(did you mean meta-llama/Llama-3.1-8B-Instruct"):
+        load_model("meta-llama/Llama-3.1-8B-Instrct")
+    with pytest.raises(BadInput, match=r"unknown model 'zzz' \(give a Hugging Face id like"):
+        load_model("zzz")
 
 
 def test_bad_models(tmp_path, monkeypatch):

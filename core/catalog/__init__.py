@@ -1,7 +1,8 @@
 """Data: GPUs, SageMaker instances (dated prices, user-overridable) and model architectures."""
 
 from core.catalog.hardware import get_gpu, get_instance, gpus, instance_gpu, instances, resolve_hardware
-from core.catalog.models import bundled_models, load_model
+from core.catalog.bundled import bundled_models
+from core.catalog.models import load_model
 
 __all__ = [
     "get_gpu",

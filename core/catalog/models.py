@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from core.errors import BadInput
+from core.catalog.bundled import bundled_config, bundled_models, close_bundled
 from core.catalog.quantization import config_dtype, quantization_of
 from core.spec.model import ModelArch
 
@@ -94,53 +93,6 @@ def tie_word_embeddings(cfg: dict[str, Any], outer: dict[str, Any] | None = None
     return str(cfg.get("model_type", "")) in _TIED_BY_DEFAULT
 
 
-def _data():
-    return resources.files("core.catalog").joinpath("data")
-
-
-@lru_cache(maxsize=1)
-def _aliases() -> dict[str, tuple[str, dict[str, Any] | None]]:
-    """Alias repo id → (the bundled repo id whose dimensions it has, the alias's own
-    ``quantization_config`` or None). An entry is the target's id, or an object
-    ``{"of": target, "quantization_config": {...}}`` for a re-quantization: its weights are
-    not the target's, so its format rides with it (a Qwen3 FP8 checkpoint read as its bf16
-    original had twice the weight bytes)."""
-    out: dict[str, tuple[str, dict[str, Any] | None]] = {}
-    for alias, v in json.loads(_data().joinpath("model-aliases.json").read_text()).items():
-        out[alias] = (v, None) if isinstance(v, str) else (v["of"], v.get("quantization_config"))
-    return out
-
-
-@lru_cache(maxsize=1)
-def bundled_index() -> dict[str, str]:
-    """HF repo id → bundled file name, including aliases."""
-    index = {}
-    for f in _data().joinpath("models").iterdir():
-        if f.name.endswith(".json"):
-            index[f.name[: -len(".json")].replace("--", "/", 1)] = f.name
-    for alias, (target, _) in _aliases().items():
-        if target in index:
-            index[alias] = index[target]
-    return index
-
-
-def bundled_models() -> list[str]:
-    return sorted(bundled_index())
-
-
-def _bundled_config(ref: str) -> dict[str, Any] | None:
-    index = bundled_index()
-    key = ref if ref in index else next((k for k in index if k.lower() == ref.lower()), None)
-    if key is None:
-        return None
-    cfg = json.loads(_data().joinpath("models").joinpath(index[key]).read_text())
-    cfg.pop("_source", None)
-    quantized = _aliases().get(key, ("", None))[1]
-    if quantized is not None:
-        cfg["quantization_config"] = quantized
-    return cfg
-
-
 def _autoconfig(ref: str, local_only: bool) -> dict[str, Any]:
     # transformers is heavy; import it only on this path.
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -182,6 +134,11 @@ def _read_local(path: Path) -> dict[str, Any]:
         return raw
 
 
+def _unknown_hint(ref: str, otherwise: str) -> str:
+    close = close_bundled(ref)
+    return f"did you mean {' or '.join(close)}?" if close else otherwise
+
+
 def load_config_dict(ref: str, offline: bool | None = None) -> tuple[dict[str, Any], str]:
     """The raw config dict for ``ref`` and where it came from."""
     if not ref or not ref.strip():
@@ -189,7 +146,7 @@ def load_config_dict(ref: str, offline: bool | None = None) -> tuple[dict[str, A
     path = Path(ref).expanduser()
     if path.exists():
         return _read_local(path), f"local {path}"
-    cfg = _bundled_config(ref)
+    cfg = bundled_config(ref)
     if cfg is not None:
         return cfg, "bundled catalog"
     if offline is None:
@@ -197,7 +154,9 @@ def load_config_dict(ref: str, offline: bool | None = None) -> tuple[dict[str, A
     if "/" not in ref:
         raise BadInput(
             f"unknown model {ref!r}",
-            "give a Hugging Face id like Qwen/Qwen3-4B or a local directory; bundled: " + ", ".join(bundled_models()[:6]) + ", ...",
+            _unknown_hint(
+                ref, "give a Hugging Face id like Qwen/Qwen3-4B or a local directory; bundled: " + ", ".join(bundled_models()[:6]) + ", ..."
+            ),
         )
     try:
         return _autoconfig(ref, local_only=True), "HF cache"
@@ -206,7 +165,7 @@ def load_config_dict(ref: str, offline: bool | None = None) -> tuple[dict[str, A
     if offline:
         raise BadInput(
             f"unknown model {ref!r}: not bundled, not a local directory, not in the HF cache",
-            "download it once with network, or pass a local directory",
+            _unknown_hint(ref, "download it once with network, or pass a local directory"),
         )
     try:
         return _autoconfig(ref, local_only=False), "Hugging Face hub"
