@@ -21,7 +21,7 @@ def test_required_gpus_have_the_datasheet_fields():
     assert "bandwidth_gbps" in table["A10G"].uncertain
 
 
-SELF_HOSTED_GPUS = ["H100-NVL", "H20", "GH200", "GH200-144GB", "L40", "A10", "A40", "RTX-A6000", "RTX-6000-Ada", "RTX-4090"]
+SELF_HOSTED_GPUS = ["H100-NVL", "H20", "GH200", "GH200-144GB", "L40", "A10", "A40", "RTX-A6000", "RTX-6000-Ada", "RTX-4090", "A100-80GB-PCIE", "A100-40GB-PCIE"]
 
 
 @pytest.mark.parametrize("name", SELF_HOSTED_GPUS)
@@ -68,6 +68,10 @@ def test_lookup_by_alias_and_errors():
     assert get_gpu("NVIDIA H100 80GB HBM3").name == "H100-SXM"
     assert get_gpu("NVIDIA A100-SXM4-80GB").name == "A100-80GB"
     assert get_gpu("NVIDIA H100 PCIe").name == "H100-PCIE"
+    # The PCIe A100s are not the SXM parts: less bandwidth, no NVLink between them.
+    pcie80, pcie40 = get_gpu("NVIDIA A100 80GB PCIe"), get_gpu("NVIDIA A100-PCIE-40GB")
+    assert (pcie80.name, pcie40.name) == ("A100-80GB-PCIE", "A100-40GB-PCIE")
+    assert pcie80.interconnect == pcie40.interconnect == "pcie" and pcie80.bandwidth_gbps < get_gpu("A100-80GB").bandwidth_gbps
     assert get_gpu("NVIDIA GeForce RTX 4090").name == "RTX-4090"
     assert get_gpu("NVIDIA RTX 6000 Ada Generation").name == "RTX-6000-Ada"
     with pytest.raises(BadInput, match="unknown GPU 'Tesla T4'"):
