@@ -21,7 +21,20 @@ def test_required_gpus_have_the_datasheet_fields():
     assert "bandwidth_gbps" in table["A10G"].uncertain
 
 
-SELF_HOSTED_GPUS = ["H100-NVL", "H20", "GH200", "GH200-144GB", "L40", "A10", "A40", "RTX-A6000", "RTX-6000-Ada", "RTX-4090", "A100-80GB-PCIE", "A100-40GB-PCIE"]
+SELF_HOSTED_GPUS = [
+    "H100-NVL",
+    "H20",
+    "GH200",
+    "GH200-144GB",
+    "L40",
+    "A10",
+    "A40",
+    "RTX-A6000",
+    "RTX-6000-Ada",
+    "RTX-4090",
+    "A100-80GB-PCIE",
+    "A100-40GB-PCIE",
+]
 
 
 @pytest.mark.parametrize("name", SELF_HOSTED_GPUS)
