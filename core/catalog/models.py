@@ -2,13 +2,15 @@
 
 Lookup order for a reference ``ref``:
 1. an existing local directory (or ``config.json`` file) — read with ``transformers.AutoConfig``;
-2. the bundled catalog (``data/models/<org>--<name>.json``, copied verbatim from the
-   published ``config.json`` files) and its aliases (chat variants and distillations with the
-   same dimensions; re-quantizations, with their own ``quantization_config``);
+2. the bundled catalog (:mod:`core.catalog.bundled`: ``data/models/<org>--<name>.json``,
+   copied verbatim from the published ``config.json`` files, and its aliases: chat variants
+   and distillations with the same dimensions; re-quantizations, with their own
+   ``quantization_config``);
 3. the Hugging Face cache, then the hub unless offline (``HF_HUB_OFFLINE=1`` or
    ``offline=True``), through ``AutoConfig``.
 
-A model that none of these knows is reported as unknown, never guessed.
+A model that none of these knows is reported as unknown, never guessed, with the bundled ids
+it resembles.
 """
 
 from __future__ import annotations
