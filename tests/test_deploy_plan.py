@@ -455,7 +455,7 @@ def test_a_simulated_trial_is_sized_on_the_pessimistic_edge_of_its_band():
     measured = build_plan(_src(), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
     predicted = build_plan(_src(simulated=True), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
     assert measured.sizing.sized_on == "measured" and measured.sizing.request_throughput_per_copy == 1.5
-    edge = pessimistic("req_per_s", 1.5)
+    edge = pessimistic("req_per_s", 1.5, "vllm")  # the simulator stands in for vLLM, which deploy serves
     assert edge < 1.5 and predicted.sizing.request_throughput_per_copy == pytest.approx(edge)
     assert predicted.sizing.instance_count > measured.sizing.instance_count
     assert "pessimistic edge" in predicted.sizing.sized_on and "pessimistic edge" in render_text(predicted)

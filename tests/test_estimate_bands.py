@@ -17,7 +17,7 @@ KEYS = ("ttft_ms", "itl_ms", "e2e_s", "req_per_s", "output_tok_per_s")
 def test_estimate_json_carries_low_and_high_for_every_prediction(capsys):
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "1,16", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    ratios = bands.table()["bands"]
+    ratios = bands.table()["by_engine"]["vllm"]  # knee estimate's default engine has a band of its own
     for c in d["configs"]:
         for p in [c["at_knee"], *c["predictions"]]:
             means = {
@@ -37,7 +37,29 @@ def test_estimate_json_carries_low_and_high_for_every_prediction(capsys):
 def test_estimate_text_shows_the_bands_and_their_source(capsys):
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "8"]) == 0
     out = capsys.readouterr().out
-    assert "Error bands at the knee" in out and "measured/predicted" in out
+    assert "Error bands at the knee" in out and "measured/predicted, vllm rows" in out
+
+
+def test_an_engine_with_rows_of_its_own_takes_its_own_band_and_the_others_the_pooled_one():
+    """vLLM's held-out residuals are narrower than the pooled ones (which 2023 TGI and SGLang
+    rows widen); an engine with too few rows, or a metric its rows do not cover, falls back."""
+    t = bands.table()
+    own, pooled = t["by_engine"]["vllm"]["req_per_s"], t["bands"]["req_per_s"]
+    assert own != pooled and own["rows"] >= 50 and own["sources"] >= 4
+    for engine in ("vllm", "vllm-async", "sim", "VLLM"):  # a profile name and the simulator count as vLLM
+        assert bands.band("req_per_s", 2.0, engine) == {"low": 2.0 * own["low_ratio"], "high": 2.0 * own["high_ratio"]}
+    assert (
+        bands.band("req_per_s", 2.0, "no-such-engine")
+        == bands.band("req_per_s", 2.0)
+        == {"low": 2.0 * pooled["low_ratio"], "high": 2.0 * pooled["high_ratio"]}
+    )
+    trt = t["by_engine"]["tensorrt-llm"]
+    assert "output_tok_per_s" in trt and "ttft_ms" not in trt  # too few TensorRT-LLM TTFT rows
+    assert bands.ratios("ttft_ms", "trtllm") == t["bands"]["ttft_ms"]
+    assert bands.ratios("output_tok_per_s", "trtllm") == trt["output_tok_per_s"]
+    assert bands.scope("vllm") == "vllm rows" and bands.scope("tgi") == "all engines' rows"
+    assert bands.scope("tensorrt-llm") == "tensorrt-llm rows for out tok/s, all engines' otherwise"
+    assert bands.pessimistic("req_per_s", 2.0, "vllm") == pytest.approx(2.0 * own["low_ratio"])
 
 
 def test_pessimistic_edge_is_the_high_latency_and_the_low_throughput():
@@ -59,3 +81,23 @@ def test_bands_are_written_from_measured_residuals(tmp_path):
     assert ttft["rows"] == 21 and ttft["low_ratio"] == pytest.approx(0.6) and ttft["high_ratio"] == pytest.approx(1.4)
     assert doc["bands"]["output_tok_per_s"] == {"low_ratio": 1.0, "high_ratio": 1.0, "rows": 21}
     assert "itl_ms" not in doc["bands"]  # no rows: no band rather than a made-up one
+    assert doc["by_engine"] == {}  # no engine named
+
+
+def test_an_engine_gets_its_own_band_only_from_enough_rows_and_sources(tmp_path):
+    from bench.bands import MIN_ROWS, MIN_SOURCES, write_bands
+
+    def rows(engine, n, sources, ratio):
+        return [
+            {"id": f"s{i % sources}-{i}", "engine_name": engine, "knee": {"req_per_s": 1.0}, "measured": {"req_per_s": ratio * (0.9 + 0.2 * i / n)}}
+            for i in range(n)
+        ]
+
+    many = rows("vllm", MIN_ROWS, MIN_SOURCES, 1.0)
+    one_source = rows("sglang", 3 * MIN_ROWS, 1, 0.5)  # plenty of rows, but one benchmark's
+    few = rows("TRT-LLM", MIN_ROWS - 1, MIN_SOURCES, 2.0)
+    doc = write_bands(many + one_source + few, str(tmp_path / "b.json"), ["x.jsonl"])
+    assert set(doc["by_engine"]) == {"vllm"}
+    own = doc["by_engine"]["vllm"]["req_per_s"]
+    assert own["rows"] == MIN_ROWS and own["sources"] == MIN_SOURCES and 0.9 < own["low_ratio"] < own["high_ratio"] < 1.1
+    assert doc["bands"]["req_per_s"]["rows"] == len(many + one_source + few)  # the pooled band keeps every row

@@ -8,6 +8,11 @@ fitted on those rows, so their own residuals would be too narrow. A prediction `
 ``v·low_ratio`` and a high ``v·high_ratio``: for latencies the high is the pessimistic edge,
 for throughputs the low is. They are wide where knee is unsure, on purpose: sizing an
 endpoint on the optimistic number under-provisions it.
+
+An engine with enough rows of its own (``by_engine``: vLLM and SGLang on every metric,
+TensorRT-LLM on output throughput) takes its own residuals' band; any other engine, or a
+metric its rows do not cover, the pooled one. vLLM's own req/s band is 0.57-1.27x where the
+pooled one is 0.42-1.34x.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+
+from core.estimate.params import canonical_engine
 
 _FILE = Path(__file__).with_name("bands.json")
 # Which band a prediction key uses (TPOT shares ITL's: same mean by definition).
@@ -26,6 +33,7 @@ _METRIC_OF = {
     "req_per_s": "req_per_s",
     "output_tok_per_s": "output_tok_per_s",
 }
+_LABEL = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
 LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_s")
 
 
@@ -38,22 +46,50 @@ def table() -> dict:
         return {"bands": {}}
 
 
-def band(key: str, value: float | None) -> dict[str, float] | None:
-    """``{"low", "high"}`` around ``value`` for a prediction key, None where no band is known."""
-    b = table()["bands"].get(_METRIC_OF.get(key, key))
+def _engine_key(engine: str | None) -> str:
+    """The engine a band is kept under: its canonical name, a vLLM profile (vllm-async,
+    vllm-legacy) or the simulator (which stands in for vLLM) under vllm."""
+    name = canonical_engine(engine)
+    return "vllm" if name == "sim" or name.startswith("vllm-") else name
+
+
+def ratios(key: str, engine: str | None = None) -> dict | None:
+    """The band's ``low_ratio``/``high_ratio`` for a prediction key: ``engine``'s own where
+    it has one for this metric, else the pooled one; None where no band is known."""
+    metric = _METRIC_OF.get(key, key)
+    own = table().get("by_engine", {}).get(_engine_key(engine), {}).get(metric) if engine else None
+    return own or table()["bands"].get(metric)
+
+
+def band(key: str, value: float | None, engine: str | None = None) -> dict[str, float] | None:
+    """``{"low", "high"}`` around ``value`` for a prediction key (of ``engine``'s
+    predictions when given), None where no band is known."""
+    b = ratios(key, engine)
     if b is None or value is None:
         return None
     return {"low": value * b["low_ratio"], "high": value * b["high_ratio"]}
 
 
-def pessimistic(key: str, value: float) -> float:
+def pessimistic(key: str, value: float, engine: str | None = None) -> float:
     """The edge to size on: the high of a latency, the low of a throughput (value if unknown)."""
-    b = band(key, value)
+    b = band(key, value, engine)
     if b is None:
         return value
     return b["high"] if key in LATENCIES else b["low"]
 
 
-def source() -> str:
+def scope(engine: str | None = None) -> str:
+    """Whose residuals the bands of ``engine``'s predictions come from."""
     t = table()
-    return f"10th-90th percentile of measured/predicted, {t.get('predictions', '?')} ({', '.join(t.get('files', []))}, {t.get('date', '?')})"
+    own = t.get("by_engine", {}).get(_engine_key(engine), {}) if engine else {}
+    if not own:
+        return "all engines' rows"
+    if set(own) >= set(t["bands"]):
+        return f"{_engine_key(engine)} rows"
+    return f"{_engine_key(engine)} rows for {', '.join(_LABEL.get(m, m) for m in own)}, all engines' otherwise"
+
+
+def source(engine: str | None = None) -> str:
+    """Where the bands come from: the percentiles, whose rows, how predicted, which files."""
+    t = table()
+    return f"10th-90th percentile of measured/predicted, {scope(engine)}, {t.get('predictions', '?')} ({', '.join(t.get('files', []))}, {t.get('date', '?')})"

@@ -37,6 +37,7 @@ class Prediction:
     step_ms_decode: float  # a pure decode step
     prefill_bottleneck: str
     decode_bottleneck: str
+    engine: str = "vllm"  # whose measured residuals give the bands (core/estimate/bands.py)
 
     def metrics(self) -> dict[str, float]:
         """Flat keys as ``vllm bench serve`` names them (what SLO constraints read)."""
@@ -99,7 +100,7 @@ class Prediction:
             "req_per_s": self.req_per_s,
             "output_tok_per_s": self.output_tok_per_s,
         }
-        d["bands"] = {k: {e: round_sig(x, 4) for e, x in b.items()} for k, v in means.items() if (b := band(k, v)) is not None}
+        d["bands"] = {k: {e: round_sig(x, 4) for e, x in b.items()} for k, v in means.items() if (b := band(k, v, self.engine)) is not None}
         return d
 
 
@@ -130,5 +131,6 @@ def make_prediction(
         input_tok_per_s=x * dp * input_len,
         prefill_bottleneck=cm.breakdown(pf_batch).bottleneck,
         decode_bottleneck=cm.breakdown(dec_batch).bottleneck if dec_batch is not None else "n/a (one output token)",
+        engine=cm.engine,
         **fields,
     )

@@ -167,7 +167,7 @@ def recommend(req: RecommendRequest) -> Recommendation:
             f'use one of {", ".join(regions())}, or add [instances."ml.x".regions.{req.region}] prices to ~/.config/knee/catalog.toml',
         )
     regional = instances_in(req.region) if req.region is not None else None
-    rec = Recommendation(req, band_source=source())
+    rec = Recommendation(req, band_source=source(req.engine))
     archs: dict[str | None, ModelArch] = {}
     for name in names:
         hw = resolve_hardware(instance=name)
@@ -226,8 +226,8 @@ def _reason(reasons: list[str]) -> str:
 
 def _candidate(req: RecommendRequest, inst, hw, ce, arch, kv: str, band) -> Candidate:
     k = ce.at_knee
-    b = band("req_per_s", k.req_per_s) or {"low": k.req_per_s, "high": k.req_per_s}
-    tb = band("output_tok_per_s", k.output_tok_per_s) or {"low": k.output_tok_per_s}
+    b = band("req_per_s", k.req_per_s, k.engine) or {"low": k.req_per_s, "high": k.req_per_s}
+    tb = band("output_tok_per_s", k.output_tok_per_s, k.engine) or {"low": k.output_tok_per_s}
     needed = math.ceil(req.target_rps / b["low"] - 1e-9) if req.target_rps and b["low"] > 0 else None
     price = inst.price_per_hour
     total = price * (needed or 1) if price is not None else None

@@ -100,6 +100,7 @@ def _limit_lines(report: EstimateReport) -> list[str]:
         f"running batch cap: {lim.running_cap} ({lim.running_cap_reason.replace('_', ' ')})",
         f"saturates at c={lim.saturation}: {lim.max_req_per_s:.2f} req/s, {lim.max_output_tok_per_s:,.0f} tok/s",
     ]
+    lines += _band_lines(best.at_knee)
     if lim.slo:
         if lim.slo_feasible and lim.slo_concurrency is not None:
             lines.append(f"SLOs met up to c={lim.slo_concurrency}")
@@ -109,6 +110,26 @@ def _limit_lines(report: EstimateReport) -> list[str]:
     if cost is not None:
         lines.append(f"${cost:.3f} per 1M output tokens at the knee")
     return lines
+
+
+def _band_lines(k) -> list[str]:
+    """The knee's error band: where measured/predicted fell for rows like it (10th-90th
+    percentile of held-out residuals, core/estimate/bands.py), the engine's own where it has them."""
+    from core.estimate.bands import band, scope, table
+
+    tok, rps, ttft = (
+        band("output_tok_per_s", k.output_tok_per_s, k.engine),
+        band("req_per_s", k.req_per_s, k.engine),
+        band("ttft_ms", k.ttft_ms.mean, k.engine),
+    )
+    if tok is None or rps is None or ttft is None:
+        return []
+    held_out = ", held out" if table().get("predictions") == "leave-one-source-out" else ""
+    return [
+        f"knee's band ({scope(k.engine)}{held_out}):",
+        f"  {rps['low']:.2f}-{rps['high']:.2f} req/s · {tok['low']:,.0f}-{tok['high']:,.0f} tok/s",
+        f"  mean TTFT {ttft['low']:,.0f}-{ttft['high']:,.0f} ms",
+    ]
 
 
 def build_estimate(plan: Plan) -> EstimateView:
