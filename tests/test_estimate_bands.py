@@ -101,3 +101,21 @@ def test_an_engine_gets_its_own_band_only_from_enough_rows_and_sources(tmp_path)
     own = doc["by_engine"]["vllm"]["req_per_s"]
     assert own["rows"] == MIN_ROWS and own["sources"] == MIN_SOURCES and 0.9 < own["low_ratio"] < own["high_ratio"] < 1.1
     assert doc["bands"]["req_per_s"]["rows"] == len(many + one_source + few)  # the pooled band keeps every row
+
+
+def test_a_summary_key_takes_the_band_of_its_metric():
+    """The Pareto view's axes are vllm-bench summary keys: each maps to the band of its
+    metric (a p99 takes its mean's ratios), and a key no band covers has none."""
+    for key, metric in (
+        ("request_throughput", "req_per_s"),
+        ("output_throughput", "output_tok_per_s"),
+        ("tokens_per_s_per_user", "output_tok_per_s"),
+        ("output_throughput_per_gpu", "output_tok_per_s"),
+        ("p99_e2el_ms", "e2e_s"),
+        ("mean_ttft_ms", "ttft_ms"),
+        ("p99_itl_ms", "itl_ms"),
+        ("median_tpot_ms", "itl_ms"),
+    ):
+        b = bands.band(metric, 10.0, "vllm")
+        assert bands.summary_band(key, 10.0, "vllm") == (b["low"], b["high"]), key
+    assert bands.summary_band("completed", 10.0, "vllm") is None

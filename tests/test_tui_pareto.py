@@ -160,6 +160,29 @@ def test_a_prediction_never_covers_the_measurement_it_predicts():
         assert chart.char(d.x, d.y) != "○"
 
 
+def test_the_selected_points_prediction_shows_its_error_band_as_a_dotted_cross():
+    """Issue 11 item 5: a predicted ring carries its band (vLLM's held-out residuals) on
+    both axes; the selected point's is drawn through its ring, under every marker, and an
+    unselected prediction draws none."""
+    from core.estimate.bands import summary_band
+
+    off = {p.point_id: p.model_copy(update={"summary": {k: v * 0.8 for k, v in p.summary.items()}}) for p in POINTS}
+    view = view_of(predicted=off)
+    guess = next(d for d in view.predicted if d.key == "p1")
+    assert guess.x_band == summary_band("request_throughput", guess.x, "vllm") and guess.x_band[0] < guess.x < guess.x_band[1]
+    assert guess.y_band == summary_band("p99_e2el_ms", guess.y, "vllm") and guess.y_band[0] < guess.y < guess.y_band[1]
+    assert all(d.x_band is None for d in view.measured)
+    plain, chart = draw(view, None, 100, 30), draw(view, "p1", 100, 30)
+    c, r = chart.cell_of(guess.x, guess.y)
+    row = "".join(chart.lines[r])
+    col = "".join(line[c] for line in chart.lines)
+    assert "·" in row and "·" in col and "·" not in "".join(plain.lines)
+    lo_c, _ = chart.cell_of(guess.x_band[0], guess.y)
+    assert chart.lines[r][max(lo_c, chart.canvas[0])] in "·○●◆×◇─│" and lo_c < c
+    for d in view.measured:  # the band never covers a measurement
+        assert chart.char(d.x, d.y) != "·"
+
+
 @pytest.mark.parametrize(
     "x,y", [("request_throughput", "p99_e2el_ms"), ("p99_e2el_ms", "request_throughput"), ("tokens_per_s_per_user", "output_throughput")]
 )

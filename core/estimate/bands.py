@@ -70,6 +70,22 @@ def band(key: str, value: float | None, engine: str | None = None) -> dict[str, 
     return {"low": value * b["low_ratio"], "high": value * b["high_ratio"]}
 
 
+def summary_band(key: str, value: float | None, engine: str | None = None) -> tuple[float, float] | None:
+    """(low, high) around a value under a ``vllm bench serve`` summary key (``p99_e2el_ms``,
+    ``request_throughput``, ``tokens_per_s_per_user``...): the band of the metric's mean,
+    applied to whichever statistic the key names (the residuals are of means; a p99 moves
+    at least as much). None for a key no band covers."""
+    if key in ("request_throughput",):
+        metric = "req_per_s"
+    elif "throughput" in key or key.startswith("tokens_per_s"):
+        metric = "output_tok_per_s"
+    else:
+        stem = key.rsplit("_ms", 1)[0].rsplit("_", 1)[-1]
+        metric = {"ttft": "ttft_ms", "itl": "itl_ms", "tpot": "itl_ms", "e2el": "e2e_s"}.get(stem, "")
+    b = band(metric, value, engine) if metric else None
+    return (b["low"], b["high"]) if b else None
+
+
 def pessimistic(key: str, value: float, engine: str | None = None) -> float:
     """The edge to size on: the high of a latency, the low of a throughput (value if unknown)."""
     b = band(key, value, engine)

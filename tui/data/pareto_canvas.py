@@ -6,10 +6,11 @@ Textual style strings; tests and scripts read the result's ANSI back with
 
 What plotext draws (``draw_chart``): the axes, the ticks and their labels, and every mark, as
 plotext series in call order, lowest first, since plotext has no z-order and a later
-series covers an earlier one in the same cell: the SLO lines (dashed), the frontier
-staircase, predictions, measured points, imported runs, misses, frontier points, the
+series covers an earlier one in the same cell: the selected point's predicted band, the
+SLO lines (dashed), the frontier staircase, predictions, measured points, imported runs, misses, frontier points, the
 knee, then the SLO lines' labels and the selected point (plotext texts, drawn after every
-series; the selection as its glyph on the table cursor's colours).
+series; the selection as its glyph on the table cursor's colours). The band is a dotted
+cross through the selected point's prediction ring: its error band on both axes.
 
 What this module adds around plotext:
 - the staircase's vertices (``ParetoView.steps``), drawn as one plotext line series per
@@ -52,6 +53,7 @@ MARKERS: dict[str, tuple[str, str]] = {
 # then goes over everything.
 DRAW_ORDER = ("measured", "imported", "failed", "frontier", "knee")
 LINE_STYLE = "$text-success"
+BAND_MARK = "·"  # the selected point's predicted band, dotted in the prediction's colour
 SLO_STYLE = "$text-error 80%"
 # plotext draws the axes and the tick labels in one colour: between the old axis (45%) and
 # tick (70%) shades, so the labels read and the frame stays quiet.
@@ -230,7 +232,20 @@ def draw_chart(view: ParetoView, selected: str | None, width: int, height: int, 
     plt.xticks(xticks, xlabels)
     plt.yticks(yticks, ylabels)
 
-    # 1. SLO bounds, dashed (plotext's hline/vline are solid, the frontier's glyph), lowest.
+    # 0. The selected point's prediction with its error band: a dotted cross through the
+    # ring, lowest of all, so it hides no line and no mark (its ends clipped to the canvas).
+    guess = next((d for d in view.predicted if d.key == selected), None) if selected else None
+    if guess is not None:
+        ink = pal(MARKERS["predicted"][1])
+        gx, gy = ax.shown(guess.x), ay.shown(guess.y)
+        if guess.x_band:
+            lo, hi = (min(max(ax.shown(v), x0), x1) for v in guess.x_band)
+            plt.plot([lo, hi], [gy, gy], marker=BAND_MARK, color=ink.fg)
+        if guess.y_band:
+            lo, hi = (min(max(ay.shown(v), y0), y1) for v in guess.y_band)
+            plt.plot([gx, gx], [lo, hi], marker=BAND_MARK, color=ink.fg)
+
+    # 1. SLO bounds, dashed (plotext's hline/vline are solid, the frontier's glyph).
     slo = pal(SLO_STYLE)
     slo_notes: list[tuple[float, list[int], str]] = []  # (y, starts to try in order, text)
     for b in yb:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from itertools import pairwise
 
@@ -106,6 +106,10 @@ class Dot:
     key: str  # point id
     x: float
     y: float
+    # A prediction's error band on each axis, (low, high) in the metric's units
+    # (core/estimate/bands.py); None on a measurement.
+    x_band: tuple[float, float] | None = None
+    y_band: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,14 @@ def _dot(p: PointRow, x: str, y: str) -> Dot | None:
     return None if vx is None or vy is None else Dot(p.point_id, vx, vy)
 
 
+def _banded(d: Dot, x: str, y: str) -> Dot:
+    """A predicted dot with its error band on both axes. A sweep launches vLLM (and the
+    simulator stands in for it), so the band is vLLM's own held-out residuals'."""
+    from core.estimate.bands import summary_band
+
+    return replace(d, x_band=summary_band(x, d.x, "vllm"), y_band=summary_band(y, d.y, "vllm"))
+
+
 def _bound(slo: SLO, key: str) -> float | None:
     for c in slo.constraints:
         if c.key == key:
@@ -255,7 +267,7 @@ def build(
         failed_slo=failed,
         frontier=tuple(d for p in front for d in [_dot(p, x, y)] if d),
         knee=_dot(k, x, y) if k is not None else None,
-        predicted=tuple(d for p in (predicted or {}).values() for d in [_dot(p, x, y)] if d),
+        predicted=tuple(_banded(d, x, y) for p in (predicted or {}).values() for d in [_dot(p, x, y)] if d),
         x_bound=_bound(slo, x),
         y_bound=_bound(slo, y),
         points={p.point_id: p for p in points},
