@@ -228,6 +228,12 @@ async def test_choosing_a_pareto_point_sends_it_to_deploy(demo_storage):
         await pilot.press("down")
         chosen = screen.table.selected_key()
         assert "trial" in str(screen.detail.render())
+        # Its prediction, with the band the chart draws.
+        await wait_until(pilot, lambda: any(d.key == chosen for d in screen.view.predicted))
+        guess = next(d for d in screen.view.predicted if d.key == chosen)
+        ax = screen.view.ax
+        expected = f"predicted {ax.name} {ax.fmt(guess.x, unit=True)} ({ax.fmt(guess.x_band[0])}-{ax.fmt(guess.x_band[1])})"
+        assert expected in str(screen.detail.render())
         await pilot.press("v")  # another pair of axes keeps the selection
         assert screen.table.selected_key() == chosen
         await pilot.press("d")

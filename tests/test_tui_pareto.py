@@ -176,11 +176,11 @@ def test_the_selected_points_prediction_shows_its_error_band_as_a_dotted_cross()
     c, r = chart.cell_of(guess.x, guess.y)
     row = "".join(chart.lines[r])
     col = "".join(line[c] for line in chart.lines)
-    assert "·" in row and "·" in col and "·" not in "".join(plain.lines)
+    assert "┈" in row and "┊" in col and not {"┈", "┊"} & set("".join(plain.lines))
     lo_c, _ = chart.cell_of(guess.x_band[0], guess.y)
-    assert chart.lines[r][max(lo_c, chart.canvas[0])] in "·○●◆×◇─│" and lo_c < c
+    assert chart.lines[r][max(lo_c, chart.canvas[0])] in "┈○●◆×◇─│" and lo_c < c
     for d in view.measured:  # the band never covers a measurement
-        assert chart.char(d.x, d.y) != "·"
+        assert chart.char(d.x, d.y) not in "┈┊"
 
 
 @pytest.mark.parametrize(

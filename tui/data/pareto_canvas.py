@@ -53,7 +53,9 @@ MARKERS: dict[str, tuple[str, str]] = {
 # then goes over everything.
 DRAW_ORDER = ("measured", "imported", "failed", "frontier", "knee")
 LINE_STYLE = "$text-success"
-BAND_MARK = "·"  # the selected point's predicted band, dotted in the prediction's colour
+# The selected point's predicted band (across, up), dotted in the prediction's colour:
+# box-drawing glyphs fill a cell in any font, where a middle dot rendered narrower in PNGs.
+BAND_MARKS = ("┈", "┊")
 SLO_STYLE = "$text-error 80%"
 # plotext draws the axes and the tick labels in one colour: between the old axis (45%) and
 # tick (70%) shades, so the labels read and the frame stays quiet.
@@ -240,10 +242,10 @@ def draw_chart(view: ParetoView, selected: str | None, width: int, height: int, 
         gx, gy = ax.shown(guess.x), ay.shown(guess.y)
         if guess.x_band:
             lo, hi = (min(max(ax.shown(v), x0), x1) for v in guess.x_band)
-            plt.plot([lo, hi], [gy, gy], marker=BAND_MARK, color=ink.fg)
+            plt.plot([lo, hi], [gy, gy], marker=BAND_MARKS[0], color=ink.fg)
         if guess.y_band:
             lo, hi = (min(max(ay.shown(v), y0), y1) for v in guess.y_band)
-            plt.plot([gx, gx], [lo, hi], marker=BAND_MARK, color=ink.fg)
+            plt.plot([gx, gx], [lo, hi], marker=BAND_MARKS[1], color=ink.fg)
 
     # 1. SLO bounds, dashed (plotext's hline/vline are solid, the frontier's glyph).
     slo = pal(SLO_STYLE)

@@ -225,6 +225,9 @@ class ParetoScreen(KneeScreen):
             Content.assemble(("client ", DIM), _kv(p.client_args)),
             Content(" · ".join(latencies)),
         ]
+        guess = next((d for d in self.view.predicted if d.key == p.point_id), None) if self.view is not None else None
+        if guess is not None:
+            lines.append(Content.styled(_predicted_line(self.view, guess), DIM))
         if p.violations:
             lines.append(Content.styled("misses " + "; ".join(p.violations), "$text-error"))
         return Content("\n").join(lines)
@@ -280,3 +283,13 @@ def _predict_candidates(points: list, x: str, y: str, limit: int = 60) -> list:
         for p in ranked[: limit // 2]:
             chosen[p.point_id] = p
     return list(chosen.values())
+
+
+def _predicted_line(view, d) -> str:
+    """What the estimator predicted for the highlighted point on the chart's two axes, each
+    with its error band (the dotted cross on the chart)."""
+    parts = []
+    for a, value, band in ((view.ax, d.x, d.x_band), (view.ay, d.y, d.y_band)):
+        text = f"{a.name} {a.fmt(value, unit=True)}"
+        parts.append(f"{text} ({a.fmt(band[0])}-{a.fmt(band[1])})" if band else text)
+    return "predicted " + " · ".join(parts)
