@@ -149,7 +149,7 @@ class ParetoScreen(KneeScreen):
                 study,
                 points,
                 predicted,
-                {**info, "model": row.get("model", ""), "objective": spec.objective if spec else None},
+                {**info, "model": row.get("model", ""), "objective": spec.objective if spec else None, "engine": spec.engine.kind if spec else None},
                 spec.constraints if spec else "",
             )
         )
@@ -179,6 +179,7 @@ class ParetoScreen(KneeScreen):
             objective=m.info.get("objective") or "throughput",
             price_per_gpu_hour=m.info.get("price_per_gpu_hour"),
             host_classes=m.info.get("host_classes"),
+            engine=m.info.get("engine") or "vllm",
         )
         self.table.show(self.view)
         self._show_selected()
