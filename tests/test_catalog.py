@@ -79,6 +79,9 @@ def test_lookup_by_alias_and_errors():
         get_gpu("H1000")
     # The device names NVML and nvidia-smi report (what a sweep's store records).
     assert get_gpu("NVIDIA H100 80GB HBM3").name == "H100-SXM"
+    # ... and as benchmark write-ups copy them, without the vendor.
+    assert get_gpu("H100 80GB HBM3").name == "H100-SXM" and get_gpu("H200 141GB HBM3e").name == "H200"
+    assert get_gpu("A100 80GB PCIe").name == "A100-80GB-PCIE" and get_gpu("A100-SXM4-40GB").name == "A100-40GB"
     assert get_gpu("NVIDIA A100-SXM4-80GB").name == "A100-80GB"
     assert get_gpu("NVIDIA H100 PCIe").name == "H100-PCIE"
     # The PCIe A100s are not the SXM parts: less bandwidth, no NVLink between them.

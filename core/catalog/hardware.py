@@ -144,6 +144,9 @@ def _norm(s: str) -> str:
 
 
 _VENDOR = re.compile(r"(?i)^(?:nvidia|tesla|geforce)[\s_-]+")
+# The memory technology a device name ends with ("H100 80GB HBM3", "H200 141GB HBM3e"): it
+# names no other part, so the name without it is looked up too.
+_MEMORY_KIND = re.compile(r"(?i)[\s_-]+(?:hbm\d*e?|gddr\d*x?)$")
 
 
 def _lookup(table: dict[str, GPU], name: str) -> GPU | None:
@@ -157,13 +160,16 @@ def _lookup(table: dict[str, GPU], name: str) -> GPU | None:
 def get_gpu(name: str) -> GPU:
     """The catalog's GPU for a name, an alias, or the device name NVML and nvidia-smi
     report ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA L4"): the vendor
-    prefix dropped, then, for such a device name only, its first word ("H100")."""
+    prefix dropped, then, for such a device name only, its first word ("H100"); a name
+    without the vendor but ending with its memory's kind ("H100 80GB HBM3") without that."""
     table = gpus()
     gpu = _lookup(table, name)
     seen, bare = name.strip(), _VENDOR.sub("", name.strip())
     while gpu is None and bare != seen:  # a device name: vendor prefixes stripped
         gpu = _lookup(table, bare) or _lookup(table, bare.split(" ")[0])
         seen, bare = bare, _VENDOR.sub("", bare)
+    if gpu is None and _MEMORY_KIND.search(bare):  # "H100 80GB HBM3" without its vendor: "H100 80GB"
+        gpu = _lookup(table, _MEMORY_KIND.sub("", bare))
     if gpu is not None:
         return gpu
     close = difflib.get_close_matches(name, list(table), n=3, cutoff=0.3)
