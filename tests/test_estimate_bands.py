@@ -108,6 +108,7 @@ def test_a_summary_key_takes_the_band_of_its_metric():
     metric (a p99 takes its mean's ratios), and a key no band covers has none."""
     for key, metric in (
         ("request_throughput", "req_per_s"),
+        ("total_token_throughput", "req_per_s"),  # scales with the request rate
         ("output_throughput", "output_tok_per_s"),
         ("tokens_per_s_per_user", "output_tok_per_s"),
         ("output_throughput_per_gpu", "output_tok_per_s"),

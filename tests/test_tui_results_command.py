@@ -29,3 +29,27 @@ def test_a_simulated_studys_best_configuration_shows_its_vllm_command(tmp_path, 
     assert "command: sim " not in out
     lines = [line for line in out.splitlines() if "command" in line]
     assert lines == ["  command on a GPU (simulated here): vllm serve Qwen/Qwen3-4B --max-num-seqs=64 --tensor-parallel-size=2"], out
+
+
+def test_a_simulated_point_carries_its_error_band_in_the_text_and_the_json(tmp_path, capsys):
+    """A simulated point is a prediction (issue 11 item 5): ``knee results`` gives the best
+    one's band from vLLM's held-out residuals, and ``--json`` a low and a high for each of
+    its metrics a band covers."""
+    import json
+
+    from core.estimate.bands import band
+
+    storage = str(tmp_path / "knee.db")
+    make_demo_study(storage)
+    assert main(["results", "--storage", storage]) == 0
+    out = capsys.readouterr().out
+    assert "  error band (vllm rows, held out): " in out
+    assert main(["results", "--storage", storage, "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    assert best["simulated"] is True
+    tok, b = best["summary"]["output_throughput"], best["bands"]["output_throughput"]
+    assert b == band("output_tok_per_s", tok, "vllm")
+    rps = best["summary"]["request_throughput"]
+    assert best["bands"]["request_throughput"] == band("req_per_s", rps, "vllm")
+    assert best["bands"]["p99_e2el_ms"]["low"] < best["summary"]["p99_e2el_ms"] < best["bands"]["p99_e2el_ms"]["high"]
+    assert "completed" not in best["bands"]  # counts have no band

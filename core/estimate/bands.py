@@ -75,15 +75,27 @@ def summary_band(key: str, value: float | None, engine: str | None = None) -> tu
     ``request_throughput``, ``tokens_per_s_per_user``...): the band of the metric's mean,
     applied to whichever statistic the key names (the residuals are of means; a p99 moves
     at least as much). None for a key no band covers."""
-    if key in ("request_throughput",):
-        metric = "req_per_s"
-    elif "throughput" in key or key.startswith("tokens_per_s"):
+    if key in ("request_throughput", "request_goodput", "total_token_throughput", "input_throughput"):
+        metric = "req_per_s"  # these scale with the request rate
+    elif key.startswith(("output_throughput", "tokens_per_s")):
         metric = "output_tok_per_s"
     else:
         stem = key.rsplit("_ms", 1)[0].rsplit("_", 1)[-1]
         metric = {"ttft": "ttft_ms", "itl": "itl_ms", "tpot": "itl_ms", "e2el": "e2e_s"}.get(stem, "")
     b = band(metric, value, engine) if metric else None
     return (b["low"], b["high"]) if b else None
+
+
+def summary_bands(summary: dict, engine: str | None = "vllm") -> dict[str, dict[str, float]]:
+    """``{key: {"low", "high"}}`` for every numeric key of a ``vllm bench serve`` summary a
+    band covers: what a simulated load point (a prediction, not a measurement) carries."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in summary.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            b = summary_band(key, float(value), engine)
+            if b is not None:
+                out[key] = {"low": b[0], "high": b[1]}
+    return out
 
 
 def pessimistic(key: str, value: float, engine: str | None = None) -> float:
@@ -103,6 +115,11 @@ def scope(engine: str | None = None) -> str:
     if set(own) >= set(t["bands"]):
         return f"{_engine_key(engine)} rows"
     return f"{_engine_key(engine)} rows for {', '.join(_LABEL.get(m, m) for m in own)}, all engines' otherwise"
+
+
+def provenance(engine: str | None = None) -> str:
+    """Short: whose rows, and whether they were held out ("vllm rows, held out")."""
+    return scope(engine) + (", held out" if table().get("predictions") == "leave-one-source-out" else "")
 
 
 def source(engine: str | None = None) -> str:

@@ -192,6 +192,10 @@ def run(args) -> int:
             }
             if p.point_id in a["point_hosts"]:
                 d["stored_by"] = a["point_hosts"][p.point_id]  # worker, host, pid, rerun
+            if p.simulated:  # a prediction: its error band (the simulator stands in for vLLM)
+                from core.estimate.bands import summary_bands
+
+                d["bands"] = summary_bands(p.summary, "vllm")
             return d
 
         print_json(
@@ -305,8 +309,17 @@ def _print_text(a: dict[str, Any]) -> None:
             f"best ({a['objective']} under the constraints): trial {b.trial_id} {b.server_args} at {b.client_args.get('max_concurrency', b.client_args.get('request_rate', ''))}: {_fmt(b.summary.get('output_throughput'))} tok/s, p99 E2E {_fmt((b.summary.get('p99_e2el_ms') or float('nan')) / 1000)} s"
         )
         if b.simulated or (b.cmd or "").startswith("sim "):
+            from core.estimate.bands import provenance, summary_band
             from core.results.analysis import vllm_command
 
+            tok, e2e = (
+                summary_band("output_throughput", b.summary.get("output_throughput"), "vllm"),
+                summary_band("p99_e2el_ms", b.summary.get("p99_e2el_ms"), "vllm"),
+            )
+            if tok and e2e:  # a simulated point is a prediction: where a GPU's measurement would likely fall
+                print(
+                    f"  error band ({provenance('vllm')}): {_fmt(tok[0])}-{_fmt(tok[1])} tok/s, p99 E2E {_fmt(e2e[0] / 1000)}-{_fmt(e2e[1] / 1000)} s"
+                )
             print(f"  command on a GPU (simulated here): {vllm_command(a['model'], b.server_args)}")
         elif b.cmd:
             print(f"  command: {b.cmd}")

@@ -115,7 +115,7 @@ def _limit_lines(report: EstimateReport) -> list[str]:
 def _band_lines(k) -> list[str]:
     """The knee's error band: where measured/predicted fell for rows like it (10th-90th
     percentile of held-out residuals, core/estimate/bands.py), the engine's own where it has them."""
-    from core.estimate.bands import band, scope, table
+    from core.estimate.bands import band, provenance
 
     tok, rps, ttft = (
         band("output_tok_per_s", k.output_tok_per_s, k.engine),
@@ -124,9 +124,8 @@ def _band_lines(k) -> list[str]:
     )
     if tok is None or rps is None or ttft is None:
         return []
-    held_out = ", held out" if table().get("predictions") == "leave-one-source-out" else ""
     return [
-        f"knee's band ({scope(k.engine)}{held_out}):",
+        f"knee's band ({provenance(k.engine)}):",
         f"  {rps['low']:.2f}-{rps['high']:.2f} req/s · {tok['low']:,.0f}-{tok['high']:,.0f} tok/s",
         f"  mean TTFT {ttft['low']:,.0f}-{ttft['high']:,.0f} ms",
     ]
