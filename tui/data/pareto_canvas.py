@@ -7,10 +7,11 @@ Textual style strings; tests and scripts read the result's ANSI back with
 What plotext draws (``draw_chart``): the axes, the ticks and their labels, and every mark, as
 plotext series in call order, lowest first, since plotext has no z-order and a later
 series covers an earlier one in the same cell: the selected point's predicted band, the
-SLO lines (dashed), the frontier staircase, predictions, measured points, imported runs, misses, frontier points, the
-knee, then the SLO lines' labels and the selected point (plotext texts, drawn after every
-series; the selection as its glyph on the table cursor's colours). The band is a dotted
-cross through the selected point's prediction ring: its error band on both axes.
+SLO lines (dashed), the frontier staircase, predictions, measured points, imported runs,
+misses, frontier points, the knee, then the SLO lines' labels and the selected point
+(plotext texts, drawn after every series; the selection as its glyph on the table cursor's
+colours). The band is a dotted cross through the selected point's prediction ring: its
+error band on both axes.
 
 What this module adds around plotext:
 - the staircase's vertices (``ParetoView.steps``), drawn as one plotext line series per
