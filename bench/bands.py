@@ -4,14 +4,21 @@ For each metric, the 10th and 90th percentiles of measured/predicted over rows t
 model never saw: with ``--loso``, each row's leave-one-source-out prediction (what ships:
 calibration.toml's values are fitted on both measurement files, so the shipped estimator's
 own residuals on them are in-sample). knee multiplies a prediction by them to show a low and
-a high (core/estimate/bands.py); deploy sizing takes the pessimistic edge.
+a high (core/estimate/bands.py); deploy sizing takes the pessimistic edge (the low of a
+throughput, the high of a latency).
 
-Per engine too: an engine with at least ``MIN_ROWS`` rows from ``MIN_SOURCES`` sources for a
-metric gets its own band for it (``by_engine``), because one engine's misses say little about
-another's. On the 578 rows of both files vLLM's req/s band is 0.57-1.27x where the pooled one,
-widened by 2023 TGI and SGLang rows, is 0.42-1.34x: a vLLM endpoint sized on the pooled low
-edge would take a third more instances than its own residuals call for. Engines with fewer
-rows keep the pooled band (it includes their rows).
+Is a band honest for a setup none of its rows came from? ``coverage`` answers it the same
+way the predictions are judged: each source's rows against the band built from the other
+sources' rows. A pessimistic edge should hold for 90% of them.
+
+Per engine: an engine's own residuals give a narrower band (vLLM's req/s 0.57-1.27x against
+the pooled 0.42-1.34x), but narrower is not better unless it holds. An engine gets its own
+band for a metric (``by_engine``) only where it has ``MIN_ROWS`` rows from ``MIN_SOURCES``
+sources and its own band's pessimistic edge, built without each source in turn, holds for
+at least ``NOMINAL`` of that source's rows. On the 578 rows of both files it does not for
+vLLM's throughputs and ITL (82% of held-out vLLM rows against the pooled band's 90-93%: the
+spread between one benchmark's setup and another's is wider than within an engine's pooled
+rows), so they keep the pooled band.
 
     python -m bench.accuracy FILES --loso --bands-out core/estimate/bands.json    (measures, then writes)
     python -m bench.bands REPORT.json --files A.jsonl,B.jsonl --out core/estimate/bands.json
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -31,48 +39,108 @@ from bench.fit import source_of
 from bench.rows import METRICS
 from core.estimate.params import canonical_engine
 
-MIN_ROWS = 50  # rows of one engine for a metric before it gets a band of its own
+MIN_ROWS = 50  # rows of one engine for a metric before it may have a band of its own
 MIN_SOURCES = 4  # ... from at least this many sources (one benchmark's quirks are not an engine's)
+NOMINAL = 0.9  # a pessimistic edge (10th or 90th percentile) should hold for this share of unseen rows
+THROUGHPUTS = ("req_per_s", "output_tok_per_s")
 
 
-def _bands(results: list[dict], key: str, min_rows: int = 10, min_sources: int = 1) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for m in METRICS:
-        ratios, sources = [], set()
-        for r in results:
-            pred = (r.get(key) or {}).get(m)
-            meas = r["measured"].get(m)
-            if pred and meas and pred > 0 and meas > 0:
-                ratios.append(meas / pred)
-                sources.add(r.get("source") or (source_of(r) if r.get("id") else None))
-        if len(ratios) < min_rows or len(sources) < min_sources:
-            continue  # too few held-out rows to say anything about this metric
-        lo, hi = np.percentile(ratios, [10, 90])
-        out[m] = {"low_ratio": round(float(lo), 4), "high_ratio": round(float(hi), 4), "rows": len(ratios)}
-        if min_sources > 1:
-            out[m]["sources"] = len(sources)
-    return out
+def _source(r: dict) -> str:
+    return r.get("source") or source_of(r)
+
+
+def _ratio(r: dict, m: str, key: str) -> float | None:
+    pred, meas = (r.get(key) or {}).get(m), r["measured"].get(m)
+    return meas / pred if pred and meas and pred > 0 and meas > 0 else None
+
+
+def _band(results: list[dict], m: str, key: str, min_rows: int, min_sources: int) -> tuple[float, float, int, int] | None:
+    pairs = [(x, _source(r)) for r in results for x in [_ratio(r, m, key)] if x is not None]
+    sources = {s for _, s in pairs}
+    if len(pairs) < min_rows or len(sources) < min_sources:
+        return None  # too few held-out rows to say anything about this metric
+    lo, hi = np.percentile([x for x, _ in pairs], [10, 90])
+    return float(lo), float(hi), len(pairs), len(sources)
+
+
+def _holds(m: str, x: float, lo: float, hi: float) -> bool:
+    """The pessimistic edge holds: a throughput at or above its low, a latency at or below its high."""
+    return x >= lo if m in THROUGHPUTS else x <= hi
+
+
+def coverage(results: list[dict], m: str, key: str, rows_of: Callable[[dict], bool], min_rows: int = 10, min_sources: int = 1) -> tuple[float, int]:
+    """Share of the rows ``rows_of`` selects whose ratio the pessimistic edge holds, each
+    source's rows against the band of the other sources' selected rows (a row whose band
+    cannot be built counts as not held), and how many rows were judged."""
+    held = judged = 0
+    for s in sorted({_source(r) for r in results if rows_of(r)}):
+        mine = [r for r in results if rows_of(r) and _source(r) == s]
+        b = _band([r for r in results if rows_of(r) and _source(r) != s], m, key, min_rows, min_sources)
+        for r in mine:
+            x = _ratio(r, m, key)
+            if x is None:
+                continue
+            judged += 1
+            held += b is not None and _holds(m, x, b[0], b[1])
+    return (held / judged if judged else 0.0), judged
+
+
+def _entry(b: tuple[float, float, int, int], cover: float | None = None) -> dict:
+    lo, hi, rows, sources = b
+    d: dict = {"low_ratio": round(lo, 4), "high_ratio": round(hi, 4), "rows": rows}
+    if cover is not None:
+        d |= {"sources": sources, "held_out_coverage": round(cover, 3)}
+    return d
 
 
 def write_bands(results: list[dict], out: str, paths: list[str], key: str = "knee") -> dict:
+    pooled = {m: _entry(b) for m in METRICS if (b := _band(results, m, key, 10, 1)) is not None}
     by_engine: dict[str, dict] = {}
+    checks: dict[str, dict] = {}
     for engine in sorted({canonical_engine(r.get("engine_name")) for r in results if r.get("engine_name")}):
-        own = _bands([r for r in results if canonical_engine(r.get("engine_name")) == engine], key, MIN_ROWS, MIN_SOURCES)
-        if own:
-            by_engine[engine] = own
+
+        def ours(r: dict, engine: str = engine) -> bool:
+            return canonical_engine(r.get("engine_name")) == engine
+
+        mine = [r for r in results if ours(r)]
+        for m in METRICS:
+            b = _band(mine, m, key, MIN_ROWS, MIN_SOURCES)
+            if b is None:
+                continue
+            own, n = coverage(results, m, key, ours, MIN_ROWS, MIN_SOURCES)
+            pool, _ = _pooled_coverage(results, m, key, ours)
+            checks.setdefault(engine, {})[m] = {"own": round(own, 3), "pooled": round(pool, 3), "rows": n}
+            if own >= NOMINAL:
+                by_engine.setdefault(engine, {})[m] = _entry(b, own)
     doc = {
         "what": "10th/90th percentile of measured/predicted per metric (bench/bands.py); by_engine: an engine's own rows, "
-        f"where it has at least {MIN_ROWS} rows from {MIN_SOURCES} sources for the metric",
+        f"where it has {MIN_ROWS} rows from {MIN_SOURCES} sources for the metric and its own band's pessimistic edge holds "
+        f"for {NOMINAL:.0%} of each held-out source's rows",
         "predictions": "leave-one-source-out"
         if key == "knee_loso"
         else "shipped estimator (in-sample: calibration.toml ships the fit on both measurement files; --loso gives the honest bands)",
         "files": [Path(p).name for p in paths],
         "date": datetime.date.today().isoformat(),
-        "bands": _bands(results, key),
+        "bands": pooled,
+        "held_out_coverage": {m: round(coverage(results, m, key, lambda r: True)[0], 3) for m in pooled},
         "by_engine": by_engine,
+        "engine_checks": checks,
     }
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
+
+
+def _pooled_coverage(results: list[dict], m: str, key: str, rows_of: Callable[[dict], bool]) -> tuple[float, int]:
+    """How the pooled band (every engine's rows, without each source in turn) holds on the
+    rows ``rows_of`` selects: the bar an engine's own band is compared with."""
+    held = judged = 0
+    for s in sorted({_source(r) for r in results if rows_of(r)}):
+        b = _band([r for r in results if _source(r) != s], m, key, 10, 1)
+        for r in results:
+            if rows_of(r) and _source(r) == s and (x := _ratio(r, m, key)) is not None:
+                judged += 1
+                held += b is not None and _holds(m, x, b[0], b[1])
+    return (held / judged if judged else 0.0), judged
 
 
 def main() -> None:
@@ -84,8 +152,13 @@ def main() -> None:
     rows = json.loads(Path(a.report).read_text())["rows"]
     key = "knee_loso" if any(r.get("knee_loso") for r in rows) else "knee"
     doc = write_bands(rows, a.out, a.files.split(","), key)
-    for scope, b in [("all", doc["bands"]), *doc["by_engine"].items()]:
-        print(f"{scope:13} " + "  ".join(f"{m} {v['low_ratio']:.2f}-{v['high_ratio']:.2f} ({v['rows']})" for m, v in b.items()))
+    print("pooled band, and the share of each held-out source's rows its pessimistic edge holds for (nominal 90%):")
+    for m, v in doc["bands"].items():
+        print(f"  {m:17} {v['low_ratio']:.2f}-{v['high_ratio']:.2f}x ({v['rows']} rows)  holds for {doc['held_out_coverage'][m]:.0%}")
+    print(f"an engine's own band, where it could have one: held-out share its edge holds for, own / pooled (kept at {NOMINAL:.0%}):")
+    for engine, ms in doc["engine_checks"].items():
+        cells = [f"{m} {c['own']:.0%}/{c['pooled']:.0%}{' kept' if m in doc['by_engine'].get(engine, {}) else ''}" for m, c in ms.items()]
+        print(f"  {engine:13} " + "  ".join(cells))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def test_a_simulated_studys_best_configuration_shows_its_vllm_command(tmp_path, 
 
 def test_a_simulated_point_carries_its_error_band_in_the_text_and_the_json(tmp_path, capsys):
     """A simulated point is a prediction (issue 11 item 5): ``knee results`` gives the best
-    one's band from vLLM's held-out residuals, and ``--json`` a low and a high for each of
+    one's band from held-out residuals (vLLM's where they held), and ``--json`` a low and a high for each of
     its metrics a band covers."""
     import json
 
@@ -43,7 +43,7 @@ def test_a_simulated_point_carries_its_error_band_in_the_text_and_the_json(tmp_p
     make_demo_study(storage)
     assert main(["results", "--storage", storage]) == 0
     out = capsys.readouterr().out
-    assert "  error band (vllm rows, held out): " in out
+    assert "  error band (held-out runs): " in out
     assert main(["results", "--storage", storage, "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["simulated"] is True

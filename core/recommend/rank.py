@@ -167,7 +167,7 @@ def recommend(req: RecommendRequest) -> Recommendation:
             f'use one of {", ".join(regions())}, or add [instances."ml.x".regions.{req.region}] prices to ~/.config/knee/catalog.toml',
         )
     regional = instances_in(req.region) if req.region is not None else None
-    rec = Recommendation(req, band_source=source(req.engine))
+    rec = Recommendation(req, band_source=source(req.engine, "req_per_s"))
     archs: dict[str | None, ModelArch] = {}
     for name in names:
         hw = resolve_hardware(instance=name)

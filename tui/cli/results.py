@@ -317,9 +317,7 @@ def _print_text(a: dict[str, Any]) -> None:
                 summary_band("p99_e2el_ms", b.summary.get("p99_e2el_ms"), "vllm"),
             )
             if tok and e2e:  # a simulated point is a prediction: where a GPU's measurement would likely fall
-                print(
-                    f"  error band ({provenance('vllm')}): {_fmt(tok[0])}-{_fmt(tok[1])} tok/s, p99 E2E {_fmt(e2e[0] / 1000)}-{_fmt(e2e[1] / 1000)} s"
-                )
+                print(f"  error band ({provenance()}): {_fmt(tok[0])}-{_fmt(tok[1])} tok/s, p99 E2E {_fmt(e2e[0] / 1000)}-{_fmt(e2e[1] / 1000)} s")
             print(f"  command on a GPU (simulated here): {vllm_command(a['model'], b.server_args)}")
         elif b.cmd:
             print(f"  command: {b.cmd}")

@@ -125,7 +125,7 @@ def _band_lines(k) -> list[str]:
     if tok is None or rps is None or ttft is None:
         return []
     return [
-        f"knee's band ({provenance(k.engine)}):",
+        f"knee's band ({provenance()}):",
         f"  {rps['low']:.2f}-{rps['high']:.2f} req/s · {tok['low']:,.0f}-{tok['high']:,.0f} tok/s",
         f"  mean TTFT {ttft['low']:,.0f}-{ttft['high']:,.0f} ms",
     ]
