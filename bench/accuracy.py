@@ -304,9 +304,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.accuracy: {' '.join(a.path)} is not JSONL: {e}", file=sys.stderr)
         return 2
     if a.bands_out:
-        from bench.bands import write_bands
+        from bench.bands import print_bands, write_bands
 
-        write_bands(rep["rows"], a.bands_out, a.path, "knee_loso" if a.loso else "knee")
+        # To stderr: with --json, stdout holds the report alone.
+        print_bands(write_bands(rep["rows"], a.bands_out, a.path, "knee_loso" if a.loso else "knee"), file=sys.stderr)
     if a.json:
         json.dump(R.clean(rep), sys.stdout, indent=1, default=str, allow_nan=False)
         print()

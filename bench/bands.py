@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -151,14 +152,19 @@ def main() -> None:
     a = ap.parse_args()
     rows = json.loads(Path(a.report).read_text())["rows"]
     key = "knee_loso" if any(r.get("knee_loso") for r in rows) else "knee"
-    doc = write_bands(rows, a.out, a.files.split(","), key)
-    print("pooled band, and the share of each held-out source's rows its pessimistic edge holds for (nominal 90%):")
+    print_bands(write_bands(rows, a.out, a.files.split(","), key))
+
+
+def print_bands(doc: dict, file=None) -> None:
+    """The bands written, each edge's held-out coverage and every engine check."""
+    p = functools.partial(print, file=file)
+    p("pooled band, and the share of each held-out source's rows its pessimistic edge holds for (nominal 90%):")
     for m, v in doc["bands"].items():
-        print(f"  {m:17} {v['low_ratio']:.2f}-{v['high_ratio']:.2f}x ({v['rows']} rows)  holds for {doc['held_out_coverage'][m]:.0%}")
-    print(f"an engine's own band, where it could have one: held-out share its edge holds for, own / pooled (kept at {NOMINAL:.0%}):")
+        p(f"  {m:17} {v['low_ratio']:.2f}-{v['high_ratio']:.2f}x ({v['rows']} rows)  holds for {doc['held_out_coverage'][m]:.0%}")
+    p(f"an engine's own band, where it could have one: held-out share its edge holds for, own / pooled (kept at {NOMINAL:.0%}):")
     for engine, ms in doc["engine_checks"].items():
         cells = [f"{m} {c['own']:.0%}/{c['pooled']:.0%}{' kept' if m in doc['by_engine'].get(engine, {}) else ''}" for m, c in ms.items()]
-        print(f"  {engine:13} " + "  ".join(cells))
+        p(f"  {engine:13} " + "  ".join(cells))
 
 
 if __name__ == "__main__":
