@@ -113,8 +113,7 @@ def _limit_lines(report: EstimateReport) -> list[str]:
 
 
 def _band_lines(k) -> list[str]:
-    """The knee's error band: where measured/predicted fell for rows like it (10th-90th
-    percentile of held-out residuals, core/estimate/bands.py), the engine's own where it has them."""
+    """The knee's error band: where measured/predicted fell for held-out runs (core/estimate/bands.py)."""
     from core.estimate.bands import band, provenance
 
     tok, rps, ttft = (
