@@ -41,12 +41,12 @@ import numpy as np
 
 from bench.fit import source_of
 from bench.rows import METRICS
+from core.estimate.bands import LATENCIES
 from core.estimate.params import canonical_engine
 
 MIN_ROWS = 50  # rows of one engine for a metric before it may have a band of its own
 MIN_SOURCES = 4  # ... from at least this many sources (one benchmark's quirks are not an engine's)
 NOMINAL = 0.9  # a pessimistic edge (10th or 90th percentile) should hold for this share of unseen rows
-THROUGHPUTS = ("req_per_s", "output_tok_per_s")
 TAILS = tuple(t / 2 for t in range(20, 3, -1))  # 10%, 9.5%, ... 2%: the pessimistic edge's percentile, searched
 
 
@@ -66,13 +66,13 @@ def _band(results: list[dict], m: str, key: str, min_rows: int, min_sources: int
     sources = {s for _, s in pairs}
     if len(pairs) < min_rows or len(sources) < min_sources:
         return None  # too few held-out rows to say anything about this metric
-    lo, hi = np.percentile([x for x, _ in pairs], [tail, 90] if m in THROUGHPUTS else [10, 100 - tail])
+    lo, hi = np.percentile([x for x, _ in pairs], [10, 100 - tail] if m in LATENCIES else [tail, 90])
     return float(lo), float(hi), len(pairs), len(sources)
 
 
 def _holds(m: str, x: float, lo: float, hi: float) -> bool:
     """The pessimistic edge holds: a throughput at or above its low, a latency at or below its high."""
-    return x >= lo if m in THROUGHPUTS else x <= hi
+    return x <= hi if m in LATENCIES else x >= lo
 
 
 def coverage(
@@ -128,12 +128,12 @@ def write_bands(results: list[dict], out: str, paths: list[str], key: str = "kne
     pooled: dict[str, dict] = {}
     held_out: dict[str, float] = {}
     for m in METRICS:
-        if _band(results, m, key, 10, 1) is None:
-            continue
-        tail, held_out[m] = calibrated_tail(results, m, key)
+        tail, share = calibrated_tail(results, m, key)
         b = _band(results, m, key, 10, 1, tail)
-        assert b is not None
-        pooled[m] = _entry(b) | {"pessimistic_percentile": tail if m in THROUGHPUTS else 100 - tail}
+        if b is None:
+            continue  # too few rows for this metric
+        held_out[m] = share
+        pooled[m] = _entry(b) | {"pessimistic_percentile": 100 - tail if m in LATENCIES else tail}
     by_engine: dict[str, dict] = {}
     checks: dict[str, dict] = {}
     for engine in sorted({canonical_engine(r.get("engine_name")) for r in results if r.get("engine_name")}):

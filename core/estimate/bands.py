@@ -56,12 +56,16 @@ def _engine_key(engine: str | None) -> str:
     return "vllm" if name == "sim" or name.startswith("vllm-") else name
 
 
+def _own(engine: str | None) -> dict:
+    """``engine``'s own bands by metric (those that held on held-out sources); {} for none."""
+    return table().get("by_engine", {}).get(_engine_key(engine), {}) if engine else {}
+
+
 def ratios(key: str, engine: str | None = None) -> dict | None:
     """The band's ``low_ratio``/``high_ratio`` for a prediction key: ``engine``'s own where
     it has one for this metric, else the pooled one; None where no band is known."""
     metric = _METRIC_OF.get(key, key)
-    own = table().get("by_engine", {}).get(_engine_key(engine), {}).get(metric) if engine else None
-    return own or table()["bands"].get(metric)
+    return _own(engine).get(metric) or table()["bands"].get(metric)
 
 
 def band(key: str, value: float | None, engine: str | None = None) -> dict[str, float] | None:
@@ -111,19 +115,17 @@ def pessimistic(key: str, value: float, engine: str | None = None) -> float:
 
 def scope(engine: str | None = None) -> str:
     """Whose residuals the bands of ``engine``'s predictions come from."""
-    t = table()
-    own = t.get("by_engine", {}).get(_engine_key(engine), {}) if engine else {}
+    own = _own(engine)
     if not own:
         return "all engines' rows"
-    if set(own) >= set(t["bands"]):
+    if set(own) >= set(table()["bands"]):
         return f"{_engine_key(engine)} rows"
     return f"{_engine_key(engine)} rows for {', '.join(_LABEL.get(m, m) for m in own)}, all engines' otherwise"
 
 
 def whose(key: str, engine: str | None = None) -> str:
     """Whose rows one prediction key's band comes from: "vllm rows" or "all engines' rows"."""
-    own = table().get("by_engine", {}).get(_engine_key(engine), {}) if engine else {}
-    return f"{_engine_key(engine)} rows" if _METRIC_OF.get(key, key) in own else "all engines' rows"
+    return f"{_engine_key(engine)} rows" if _METRIC_OF.get(key, key) in _own(engine) else "all engines' rows"
 
 
 def provenance() -> str:

@@ -237,7 +237,7 @@ def draw_chart(view: ParetoView, selected: str | None, width: int, height: int, 
 
     # 0. The selected point's prediction with its error band: a dotted cross through the
     # ring, lowest of all, so it hides no line and no mark (its ends clipped to the canvas).
-    guess = next((d for d in view.predicted if d.key == selected), None) if selected else None
+    guess = view.prediction(selected)
     if guess is not None:
         ink = pal(MARKERS["predicted"][1])
         gx, gy = ax.shown(guess.x), ay.shown(guess.y)

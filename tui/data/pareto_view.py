@@ -144,6 +144,10 @@ class ParetoView:
     def steps(self) -> list[tuple[float, float]]:
         return frontier_steps(self.frontier, self.x, self.y)
 
+    def prediction(self, key: str | None) -> Dot | None:
+        """The estimator's prediction for point ``key`` (with its band), None where none."""
+        return next((d for d in self.predicted if d.key == key), None) if key is not None else None
+
     def marker(self, key: str) -> str:
         """What a point is on the chart (and so in the table's first column): ``knee``,
         ``failed`` (missed an SLO), ``imported``, ``frontier`` or ``measured``; the first

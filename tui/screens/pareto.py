@@ -226,7 +226,7 @@ class ParetoScreen(KneeScreen):
             Content.assemble(("client ", DIM), _kv(p.client_args)),
             Content(" · ".join(latencies)),
         ]
-        guess = next((d for d in self.view.predicted if d.key == p.point_id), None) if self.view is not None else None
+        guess = self.view.prediction(p.point_id) if self.view is not None else None
         if guess is not None:
             lines.append(Content.styled(_predicted_line(self.view, guess), DIM))
         if p.violations:
