@@ -48,6 +48,9 @@ MIN_ROWS = 50  # rows of one engine for a metric before it may have a band of it
 MIN_SOURCES = 4  # ... from at least this many sources (one benchmark's quirks are not an engine's)
 NOMINAL = 0.9  # a pessimistic edge (10th or 90th percentile) should hold for this share of unseen rows
 TAILS = tuple(t / 2 for t in range(20, 3, -1))  # 10%, 9.5%, ... 2%: the pessimistic edge's percentile, searched
+TRACK_ROWS = 10  # held-out rows a GPU / engine group needs before its track record is stated
+TRACK_SOURCES = 2  # ... from this many sources (one benchmark's setup is not a GPU's)
+TRACK_METRIC_ROWS = 5  # rows behind one metric's median error in a stated group
 
 
 def _source(r: dict) -> str:
@@ -116,6 +119,43 @@ def calibrated_tail(results: list[dict], m: str, key: str) -> tuple[float, float
     return TAILS[-1], share
 
 
+def _record(rows: list[dict], key: str) -> dict:
+    """Rows, sources and, per metric with ``TRACK_METRIC_ROWS`` rows, the median absolute
+    error and the median measured/predicted of ``rows``' predictions under ``key``."""
+    metrics: dict[str, dict] = {}
+    for m in METRICS:
+        xs = [x for r in rows if (x := _ratio(r, m, key)) is not None]
+        if len(xs) >= TRACK_METRIC_ROWS:
+            ape = np.median([abs(1.0 / x - 1.0) for x in xs])  # |predicted - measured| / measured
+            metrics[m] = {"median_ape": round(float(ape), 3), "median_ratio": round(float(np.median(xs)), 3), "rows": len(xs)}
+    return {"rows": len(rows), "sources": len({_source(r) for r in rows}), "metrics": metrics}
+
+
+def track_record(results: list[dict], key: str) -> dict:
+    """How close knee came on published runs, by GPU and engine (``gpu_engine``: "L4|vllm"),
+    by GPU, by engine and over all rows: what a user reads beside a prediction for that GPU
+    and engine. A group is kept with ``TRACK_ROWS`` rows from ``TRACK_SOURCES`` sources; with
+    ``--loso`` each row was predicted by parameters fitted without its source."""
+    groups: dict[str, dict[str, list[dict]]] = {"gpu_engine": {}, "gpu": {}, "engine": {}}
+    judged = [r for r in results if any(_ratio(r, m, key) for m in METRICS)]
+    for r in judged:
+        engine = canonical_engine(r.get("engine_name"))
+        groups["engine"].setdefault(engine, []).append(r)
+        if r.get("gpu"):
+            groups["gpu_engine"].setdefault(f"{r['gpu']}|{engine}", []).append(r)
+            groups["gpu"].setdefault(r["gpu"], []).append(r)
+    out: dict = {
+        level: {
+            name: _record(rows, key)
+            for name, rows in sorted(by.items())
+            if len(rows) >= TRACK_ROWS and len({_source(r) for r in rows}) >= TRACK_SOURCES
+        }
+        for level, by in groups.items()
+    }
+    out["all"] = _record(judged, key)
+    return out
+
+
 def _entry(b: tuple[float, float, int, int], cover: float | None = None) -> dict:
     lo, hi, rows, sources = b
     d: dict = {"low_ratio": round(lo, 4), "high_ratio": round(hi, 4), "rows": rows}
@@ -155,7 +195,9 @@ def write_bands(results: list[dict], out: str, paths: list[str], key: str = "kne
         "what": "10th/90th percentile of measured/predicted per metric, the pessimistic edge (pessimistic_percentile) where it "
         f"holds for {NOMINAL:.0%} of held-out sources' rows (bench/bands.py); by_engine: an engine's own rows, "
         f"where it has {MIN_ROWS} rows from {MIN_SOURCES} sources for the metric and its own band's pessimistic edge holds "
-        f"for {NOMINAL:.0%} of each held-out source's rows",
+        f"for {NOMINAL:.0%} of each held-out source's rows; track_record: median absolute error and median "
+        f"measured/predicted by GPU and engine, GPU, engine and all rows (a group with {TRACK_ROWS} rows from "
+        f"{TRACK_SOURCES} sources)",
         "predictions": "leave-one-source-out"
         if key == "knee_loso"
         else "shipped estimator (in-sample: calibration.toml ships the fit on both measurement files; --loso gives the honest bands)",
@@ -165,6 +207,7 @@ def write_bands(results: list[dict], out: str, paths: list[str], key: str = "kne
         "held_out_coverage": {m: (round(v, 3) if v == v else None) for m, v in held_out.items()},
         "by_engine": by_engine,
         "engine_checks": checks,
+        "track_record": track_record(results, key),
     }
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -198,6 +241,18 @@ def print_bands(doc: dict, file=None) -> None:
     for engine, ms in doc["engine_checks"].items():
         cells = [f"{m} {c['own']:.0%}/{c['pooled']:.0%}{' kept' if m in doc['by_engine'].get(engine, {}) else ''}" for m, c in ms.items()]
         p(f"  {engine:13} " + "  ".join(cells))
+    track = doc.get("track_record") or {}
+    if track:
+        p("track record (median absolute error per metric, rows, sources):")
+        for level in ("gpu_engine", "gpu", "engine"):
+            for name, rec in track.get(level, {}).items():
+                p(f"  {name.replace('|', ' with '):24} {_record_line(rec)}")
+        p(f"  {'all rows':24} {_record_line(track['all'])}")
+
+
+def _record_line(rec: dict) -> str:
+    cells = [f"{m} {v['median_ape']:.0%}" for m, v in rec["metrics"].items()]
+    return f"{'  '.join(cells)}  ({rec['rows']} rows, {rec['sources']} sources)"
 
 
 if __name__ == "__main__":

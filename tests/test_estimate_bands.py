@@ -141,3 +141,56 @@ def test_a_summary_key_takes_the_band_of_its_metric():
         b = bands.band(metric, 10.0, "vllm")
         assert bands.summary_band(key, 10.0, "vllm") == (b["low"], b["high"]), key
     assert bands.summary_band("completed", 10.0, "vllm") is None
+
+
+def test_a_track_record_is_kept_per_gpu_and_engine_only_with_enough_rows_and_sources(tmp_path):
+    """bench.bands writes the held-out error per GPU and engine, GPU, engine and all rows; a
+    group needs TRACK_ROWS rows from TRACK_SOURCES sources, and its medians are of the rows."""
+    from bench.bands import TRACK_ROWS, write_bands
+
+    def rows(gpu, engine, sources, per_source, ratio):
+        return [
+            {
+                "id": f"{gpu}{engine}{s}-{i}",
+                "gpu": gpu,
+                "engine_name": engine,
+                "knee": {"output_tok_per_s": 100.0, "ttft_ms": 50.0},
+                "measured": {"output_tok_per_s": 100.0 * ratio, "ttft_ms": 50.0},
+            }
+            for s in range(sources)
+            for i in range(per_source)
+        ]
+
+    h100 = rows("H100-SXM", "vLLM", 2, TRACK_ROWS // 2, 0.8)  # knee 25% high on tok/s, exact on TTFT
+    l4 = rows("L4", "vllm", 1, TRACK_ROWS, 0.5)  # one source only: not stated for L4
+    doc = write_bands(h100 + l4, str(tmp_path / "b.json"), ["x.jsonl"])
+    tr = doc["track_record"]
+    rec = tr["gpu_engine"]["H100-SXM|vllm"]  # the engine's spelling is canonical
+    assert rec["rows"] == len(h100) and rec["sources"] == 2
+    assert rec["metrics"]["output_tok_per_s"] == {"median_ape": 0.25, "median_ratio": 0.8, "rows": len(h100)}
+    assert rec["metrics"]["ttft_ms"]["median_ape"] == 0.0
+    assert "L4|vllm" not in tr["gpu_engine"] and "L4" not in tr["gpu"]
+    assert tr["engine"]["vllm"]["rows"] == len(h100 + l4) and tr["all"]["rows"] == len(h100 + l4)
+
+
+def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
+    """The shipped file: H100 with vLLM has its own held-out record; an L4 with vLLM has too
+    few published runs and falls back to vLLM on any GPU, and says so; the simulator reads
+    vLLM's. knee estimate prints it and carries it in --json."""
+    from core.estimate.track_record import lookup
+
+    t = bands.table()["track_record"]
+    h100 = lookup("H100-SXM", "vllm")
+    assert h100.exact and h100.scope == "H100-SXM with vllm" and h100.rows == t["gpu_engine"]["H100-SXM|vllm"]["rows"] >= 10
+    assert lookup("H100-SXM", "sim") == h100
+    l4 = lookup("L4", "vllm")
+    assert not l4.exact and l4.scope == "vllm" and l4.rows == t["engine"]["vllm"]["rows"]
+    assert lookup("No-Such-GPU", "no-such-engine").scope == "all"
+    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "8"]) == 0
+    out = capsys.readouterr().out
+    assert f"Track record: median held-out error on {l4.rows} published vllm runs" in out
+    assert "too few published L4 runs with vllm to judge them alone" in out
+    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-SXM", "--concurrency", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["track_record"]
+    assert d["scope"] == "H100-SXM with vllm" and d["exact"] and d["predictions"] == "leave-one-source-out"
+    assert d["median_ape"] == h100.median_ape and set(d["median_ape"]) <= set(KEYS)

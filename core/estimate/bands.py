@@ -36,7 +36,7 @@ _METRIC_OF = {
     "req_per_s": "req_per_s",
     "output_tok_per_s": "output_tok_per_s",
 }
-_LABEL = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
+METRIC_LABELS = {"ttft_ms": "TTFT", "itl_ms": "ITL", "e2e_s": "E2E", "req_per_s": "req/s", "output_tok_per_s": "out tok/s"}
 LATENCIES = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_s")
 
 
@@ -49,7 +49,7 @@ def table() -> dict:
         return {"bands": {}}
 
 
-def _engine_key(engine: str | None) -> str:
+def engine_key(engine: str | None) -> str:
     """The engine a band is kept under: its canonical name, a vLLM profile (vllm-async,
     vllm-legacy) or the simulator (which stands in for vLLM) under vllm."""
     name = canonical_engine(engine)
@@ -58,7 +58,7 @@ def _engine_key(engine: str | None) -> str:
 
 def _own(engine: str | None) -> dict:
     """``engine``'s own bands by metric (those that held on held-out sources); {} for none."""
-    return table().get("by_engine", {}).get(_engine_key(engine), {}) if engine else {}
+    return table().get("by_engine", {}).get(engine_key(engine), {}) if engine else {}
 
 
 def ratios(key: str, engine: str | None = None) -> dict | None:
@@ -119,13 +119,13 @@ def scope(engine: str | None = None) -> str:
     if not own:
         return "all engines' rows"
     if set(own) >= set(table()["bands"]):
-        return f"{_engine_key(engine)} rows"
-    return f"{_engine_key(engine)} rows for {', '.join(_LABEL.get(m, m) for m in own)}, all engines' otherwise"
+        return f"{engine_key(engine)} rows"
+    return f"{engine_key(engine)} rows for {', '.join(METRIC_LABELS.get(m, m) for m in own)}, all engines' otherwise"
 
 
 def whose(key: str, engine: str | None = None) -> str:
     """Whose rows one prediction key's band comes from: "vllm rows" or "all engines' rows"."""
-    return f"{_engine_key(engine)} rows" if _METRIC_OF.get(key, key) in _own(engine) else "all engines' rows"
+    return f"{engine_key(engine)} rows" if _METRIC_OF.get(key, key) in _own(engine) else "all engines' rows"
 
 
 def provenance() -> str:

@@ -17,6 +17,8 @@ from core.estimate.params import engine_profile
 from core.estimate.limits import Limits, compute_limits
 from core.estimate.memory import MemoryPlan
 from core.estimate.predict import Prediction, Predictor
+from core.estimate.track_record import TrackRecord
+from core.estimate.track_record import lookup as track_record_of
 from core.estimate.suggest import Suggestion, batched_tokens_values, concurrency_values, render, seqs_values
 from core.spec.hardware import Hardware
 from core.spec.model import ModelArch
@@ -85,6 +87,8 @@ class EstimateReport:
     configs: list[ConfigEstimate]  # fitting configurations, best first
     suggestion: Suggestion | None
     notes: list[str] = field(default_factory=list)
+    # The held-out error on published runs most like this one (core/estimate/track_record.py).
+    track_record: TrackRecord | None = None
 
     @property
     def best(self) -> ConfigEstimate | None:
@@ -108,6 +112,7 @@ class EstimateReport:
             "configs": [c.as_dict() for c in self.configs],
             "best": self.best.label if self.best else None,
             "suggestion": self.suggestion.as_dict() if self.suggestion else None,
+            "track_record": self.track_record.as_dict() if self.track_record else None,
             "notes": self.notes,
         }
 
@@ -320,6 +325,7 @@ def estimate(
         configs=configs,
         suggestion=suggestion,
         notes=notes,
+        track_record=track_record_of(hardware.gpu.name, eng),
     )
 
 

@@ -101,6 +101,12 @@ def _limit_lines(report: EstimateReport) -> list[str]:
         f"saturates at c={lim.saturation}: {lim.max_req_per_s:.2f} req/s, {lim.max_output_tok_per_s:,.0f} tok/s",
     ]
     lines += _band_lines(best.at_knee)
+    tr = report.track_record
+    if tr is not None and {"output_tok_per_s", "ttft_ms"} <= tr.median_ape.keys():
+        # How far off knee was on published runs like this one: the band says how wide, this how often.
+        # Two short lines: a line wider than the panel's others widens it and narrows the table.
+        lines.append(f"  median error: tok/s {tr.median_ape['output_tok_per_s']:.0%} · TTFT {tr.median_ape['ttft_ms']:.0%}")
+        lines.append(f"  on {tr.rows} published{'' if tr.scope == 'all' else ' ' + tr.scope} runs")
     if lim.slo:
         if lim.slo_feasible and lim.slo_concurrency is not None:
             lines.append(f"SLOs met up to c={lim.slo_concurrency}")

@@ -1,0 +1,75 @@
+"""How close knee's estimator came on published runs like the one being predicted.
+
+A band (core/estimate/bands.py) says how wide the error can be anywhere; a track record says
+how well knee has done on the hardware and engine in hand: the median absolute error per
+metric over published measurements on that GPU with that engine, each predicted by
+parameters fitted without its source (leave-one-source-out). ``bands.json``'s
+``track_record`` holds it (bench/bands.py ``track_record``), per GPU and engine, per GPU, per
+engine and over every row; a group is kept with 10 rows from 2 sources. :func:`lookup`
+returns the most specific group there is, so an L4 with vLLM reads "no L4 runs enough, vLLM
+on any GPU" rather than a figure from five rows of one benchmark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.estimate.bands import METRIC_LABELS, engine_key, table
+
+
+@dataclass(frozen=True)
+class TrackRecord:
+    """The held-out error on one group of published runs."""
+
+    scope: str  # what the runs have in common with the prediction: "L4 with vllm", "vllm", "all"
+    exact: bool  # the group is this GPU with this engine
+    rows: int
+    sources: int
+    median_ape: dict[str, float]  # metric -> median |predicted - measured| / measured
+    median_ratio: dict[str, float]  # metric -> median measured / predicted (>1: knee was low)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "scope": self.scope,
+            "exact": self.exact,
+            "rows": self.rows,
+            "sources": self.sources,
+            "median_ape": self.median_ape,
+            "median_measured_over_predicted": self.median_ratio,
+            "predictions": table().get("predictions"),
+        }
+
+    def line(self) -> str:
+        """One line: "median held-out error on 88 published H100-SXM with vllm runs (7
+        sources): TTFT 39%, ITL 23%, ..."."""
+        cells = ", ".join(f"{METRIC_LABELS.get(m, m)} {v:.0%}" for m, v in self.median_ape.items())
+        runs = "published runs" if self.scope == "all" else f"published {self.scope} runs"
+        held = "held-out " if table().get("predictions") == "leave-one-source-out" else ""
+        return f"median {held}error on {self.rows} {runs} ({self.sources} sources): {cells}"
+
+
+def lookup(gpu: str | None, engine: str | None) -> TrackRecord | None:
+    """The track record of the most specific group with one: this GPU with this engine, this
+    GPU, this engine, then every row. None where bands.json carries none."""
+    t = table().get("track_record")
+    if not t:
+        return None
+    eng = engine_key(engine)
+    tries = [("gpu_engine", f"{gpu}|{eng}", f"{gpu} with {eng}"), ("gpu", gpu, f"{gpu}"), ("engine", eng, eng)]
+    for level, key, scope in tries:
+        rec = t.get(level, {}).get(key) if key else None
+        if rec:
+            return _record(rec, scope, level == "gpu_engine")
+    return _record(t["all"], "all", False) if t.get("all") else None
+
+
+def _record(rec: dict, scope: str, exact: bool) -> TrackRecord:
+    ms = rec.get("metrics", {})
+    return TrackRecord(
+        scope,
+        exact,
+        int(rec["rows"]),
+        int(rec["sources"]),
+        {m: float(v["median_ape"]) for m, v in ms.items()},
+        {m: float(v["median_ratio"]) for m, v in ms.items()},
+    )
