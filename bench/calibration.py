@@ -6,6 +6,9 @@ the order it was measured, prints the uncalibrated prediction (the estimator, pr
 CPU host from nominal figures), the calibrated one (the study's step profile refitted from
 every point measured before it) and the measurement. Summary: median APE on output
 throughput and TPOT over the points after the first three (the goal: calibrated <= 10%).
+Each point also shows how many requests the client held in flight (of its concurrency) and
+the share whose tokens all arrived in one read: where the client shares the box's CPUs with
+vLLM both say whether the point measured the server at all.
 No assertions (tests/test_calibration_realvllm.py asserts the mechanism).
 
     .venv/bin/python bench/calibration.py [--prompts-per-slot 8] [--len 64] [--split-cores] [--save F | --points F]
@@ -37,6 +40,15 @@ CONCURRENCIES = (1, 2, 4, 8)
 
 def _pct(x: float | None) -> str:
     return "   -  " if x is None else f"{100 * x:5.1f}%"
+
+
+def _one_read(summary: dict) -> float | None:
+    """Share of a point's requests whose tokens all reached the client in one read: their
+    decode is hidden in their TTFT and absent from TPOT (core/load/metrics.py). On the shared
+    2-core box it was 58% at c=1 (the client starved by vLLM's busy workers): such a point's
+    TTFT and TPOT are not the server's, and no fit can recover them."""
+    done = summary.get("completed") or 0
+    return (summary.get("tpot_unobserved") or 0) / done if done else None
 
 
 def _split_cores(tmp: Path, python: str, env: dict) -> tuple[str, dict]:
@@ -117,6 +129,7 @@ def _calibrate(a: argparse.Namespace, tmp_root: Path) -> None:
     rows = calib.replay(points, cal, workload_of)
     print(
         f"{'#':>2} {'max_num_seqs':>12} {'c':>3} {'stage':>8} | {'tok/s meas':>10} {'uncal':>7} {'calib':>7} | {'TPOT ms':>8} {'uncal':>7} {'calib':>7}"
+        f" | {'in flight':>9} {'one read':>8}"
     )
     thr_u, thr_c, tpot_u, tpot_c = [], [], [], []
     for i, r in enumerate(rows):
@@ -126,6 +139,7 @@ def _calibrate(a: argparse.Namespace, tmp_root: Path) -> None:
             f"{i + 1:>2} {p.server_args.get('max_num_seqs'):>12} {p.client_args['max_concurrency']:>3} {r['stage']:>8} | "
             f"{m_thr:10.1f} {_pct(calib.ape(b.get('output_throughput'), m_thr)):>7} {_pct(calib.ape(c.get('output_throughput'), m_thr)):>7} | "
             f"{(m_tpot or 0):8.2f} {_pct(calib.ape(b.get('mean_tpot_ms'), m_tpot)):>7} {_pct(calib.ape(c.get('mean_tpot_ms'), m_tpot)):>7}"
+            f" | {p.summary.get('concurrency') or 0:9.2f} {_pct(_one_read(p.summary)):>8}"
         )
         if i >= 3:
             thr_u.append((b.get("output_throughput"), m_thr))

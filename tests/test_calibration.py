@@ -56,6 +56,22 @@ def test_observation_keeps_closed_loop_points_with_a_tpot(arch):
     assert observation({}, client, {**s, "mean_tpot_ms": None}) is None  # TPOT unobserved
 
 
+def test_a_point_whose_tokens_came_in_one_read_is_fitted_on_the_ttft_its_e2e_implies(arch):
+    """A request whose tokens all reached the client in one read (a starved client) carries
+    its decode in its TTFT; its E2E is still right. Such a point's TTFT is the one its E2E
+    and observed decode rate imply (measured on the 2-core box: 131 ms read, 13 implied);
+    a point with every decode observed keeps its own."""
+    client, s = measured(arch, cpu_hardware(), {"max_num_seqs": 8}, 1)
+    clean = observation({}, client, s)
+    assert clean.ttft_s == pytest.approx(s["mean_ttft_ms"] / 1e3)
+    starved = {**s, "tpot_unobserved": 111, "mean_ttft_ms": 130.9, "mean_tpot_ms": 3.0, "mean_e2el_ms": 202.2}
+    o = observation({}, client, starved)
+    assert o.ttft_s == pytest.approx((202.2 - (OSL - 1) * 3.0) / 1e3) and o.tpot_s == pytest.approx(3.0e-3)
+    # An E2E that implies no sensible TTFT (none left, or more than was read) changes nothing.
+    assert observation({}, client, {**starved, "mean_e2el_ms": 150.0}).ttft_s == pytest.approx(0.1309)
+    assert observation({}, client, {**starved, "mean_e2el_ms": 400.0}).ttft_s == pytest.approx(0.1309)
+
+
 def test_predictions_converge_to_the_machine_point_by_point(arch):
     hw = cpu_hardware()
     configs = [{"max_num_seqs": 8, "max_model_len": 2048}, {"max_num_seqs": 32, "max_model_len": 2048}]
