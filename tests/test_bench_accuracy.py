@@ -227,3 +227,24 @@ def test_a_closed_loop_of_spread_lengths_does_not_queue_in_waves():
     spread, _ = simulate_row(row)
     fixed, _ = simulate_row({**row, "notes": notes.replace(" (+-15% variance)", "")})
     assert spread["ttft_ms"] < 0.6 * fixed["ttft_ms"]
+
+
+def test_the_held_out_file_is_predicted_or_skipped_with_a_reason(capsys):
+    """bench/data/heldout.jsonl (rows no parameter was fitted on, the check each model change
+    is judged by): every row is either predicted or listed with why not, by both benches."""
+    from bench import accuracy, sim_accuracy
+
+    path = ROOT / "bench" / "data" / "heldout.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)) >= 50
+    assert accuracy.main([str(path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    predicted, skipped = {r["id"] for r in rep["rows"]}, {s["id"]: s["reason"] for s in rep["skipped"]}
+    assert predicted | set(skipped) == set(ids) and not predicted & set(skipped)
+    assert all(why for why in skipped.values()) and len(predicted) >= 50
+    assert all(r["knee"]["output_tok_per_s"] or r["knee"]["ttft_ms"] for r in rep["rows"])
+    assert sim_accuracy.main([str(path), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    online = {r["id"] for r in rows if r["workload"]["mode"].startswith("online")}
+    assert {r["id"] for r in sim["rows"]} | {s["id"] for s in sim["skipped"]} == online
