@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.fit import source_of
-from bench.rows import METRICS
+from bench.rows import METRICS, ape
 from core.estimate.bands import LATENCIES
 from core.estimate.params import canonical_engine
 
@@ -124,10 +124,14 @@ def _record(rows: list[dict], key: str) -> dict:
     error and the median measured/predicted of ``rows``' predictions under ``key``."""
     metrics: dict[str, dict] = {}
     for m in METRICS:
-        xs = [x for r in rows if (x := _ratio(r, m, key)) is not None]
-        if len(xs) >= TRACK_METRIC_ROWS:
-            ape = np.median([abs(1.0 / x - 1.0) for x in xs])  # |predicted - measured| / measured
-            metrics[m] = {"median_ape": round(float(ape), 3), "median_ratio": round(float(np.median(xs)), 3), "rows": len(xs)}
+        judged = [(r, x) for r in rows if (x := _ratio(r, m, key)) is not None]
+        if len(judged) >= TRACK_METRIC_ROWS:
+            apes = [ape(r[key][m], r["measured"][m]) for r, _ in judged]
+            metrics[m] = {
+                "median_ape": round(float(np.median(apes)), 3),
+                "median_ratio": round(float(np.median([x for _, x in judged])), 3),
+                "rows": len(judged),
+            }
     return {"rows": len(rows), "sources": len({_source(r) for r in rows}), "metrics": metrics}
 
 

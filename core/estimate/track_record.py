@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.estimate.bands import METRIC_LABELS, engine_key, table
+from core.estimate.bands import METRIC_LABELS, engine_key, provenance, table
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,7 @@ class TrackRecord:
     sources: int
     median_ape: dict[str, float]  # metric -> median |predicted - measured| / measured
     median_ratio: dict[str, float]  # metric -> median measured / predicted (>1: knee was low)
+    asked: str = ""  # the runs the prediction is like: "L4 runs with vllm" (said when the record fell back)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -44,8 +45,9 @@ class TrackRecord:
         sources): TTFT 39%, ITL 23%, ..."."""
         cells = ", ".join(f"{METRIC_LABELS.get(m, m)} {v:.0%}" for m, v in self.median_ape.items())
         runs = "published runs" if self.scope == "all" else f"published {self.scope} runs"
-        held = "held-out " if table().get("predictions") == "leave-one-source-out" else ""
-        return f"median {held}error on {self.rows} {runs} ({self.sources} sources): {cells}"
+        held = "held-out " if provenance() == "held-out runs" else ""
+        fallback = "" if self.exact or not self.asked else f" (too few published {self.asked} to judge them alone)"
+        return f"median {held}error on {self.rows} {runs} ({self.sources} sources): {cells}{fallback}"
 
 
 def lookup(gpu: str | None, engine: str | None) -> TrackRecord | None:
@@ -59,11 +61,11 @@ def lookup(gpu: str | None, engine: str | None) -> TrackRecord | None:
     for level, key, scope in tries:
         rec = t.get(level, {}).get(key) if key else None
         if rec:
-            return _record(rec, scope, level == "gpu_engine")
-    return _record(t["all"], "all", False) if t.get("all") else None
+            return _record(rec, scope, level == "gpu_engine", f"{gpu} runs with {eng}")
+    return _record(t["all"], "all", False, f"{gpu} runs with {eng}") if t.get("all") else None
 
 
-def _record(rec: dict, scope: str, exact: bool) -> TrackRecord:
+def _record(rec: dict, scope: str, exact: bool, asked: str) -> TrackRecord:
     ms = rec.get("metrics", {})
     return TrackRecord(
         scope,
@@ -72,4 +74,5 @@ def _record(rec: dict, scope: str, exact: bool) -> TrackRecord:
         int(rec["sources"]),
         {m: float(v["median_ape"]) for m, v in ms.items()},
         {m: float(v["median_ratio"]) for m, v in ms.items()},
+        asked,
     )

@@ -257,12 +257,7 @@ def format_report(r) -> str:
     out += _table(["config", "conc", "req/s", "out tok/s", "$/1M out", "prefill bound by", "decode bound by"], rows, {1, 2, 3, 4})
     out += _bands(r)
     if r.track_record:
-        from core.estimate.bands import engine_key as tr_engine
-
-        tr = r.track_record
-        out.append(
-            f"Track record: {tr.line()}{'' if tr.exact else f' (too few published {r.gpu} runs with {tr_engine(r.engine)} to judge them alone)'}"
-        )
+        out.append(f"Track record: {r.track_record.line()}")
 
     s = r.suggestion
     if s:
