@@ -183,6 +183,7 @@ def test_instances_without_peer_to_peer_all_reduce_through_the_host():
     g6 = resolve_hardware(instance="ml.g6.12xlarge").gpu
     box = resolve_hardware(gpu="L4", num_gpus=4).gpu
     assert (g6.interconnect, box.interconnect) == ("pcie-host", "pcie")
+    assert g6.host_link_shared  # its GPUs share one path to host memory (instances.toml)
     assert resolve_hardware(instance="ml.g6.xlarge").gpu.interconnect == "pcie"  # one GPU: nothing to share
     assert resolve_hardware(instance="ml.p4d.24xlarge").gpu.interconnect == "nvlink"
     arch = load_model("Qwen/Qwen3-4B")
@@ -265,8 +266,9 @@ def test_other_spellings_of_an_engine_take_its_profile():
 
 def test_no_peer_to_peer_stages_all_reduce_through_the_host_even_on_nvlink():
     """A box without GPU P2P (vLLM: "Custom allreduce is disabled because your platform lacks
-    GPU P2P capability") all-reduces through host memory over the PCIe slot, NVLink or not,
-    and the group's GPUs share that host path."""
+    GPU P2P capability") all-reduces through host memory over the PCIe slot, NVLink or not;
+    on a cloud instance whose GPUs share that host path each gets 2/TP of it, on a box whose
+    GPUs have their own slots (8x RTX 4090 without P2P) each keeps its own."""
     a100 = get_gpu("A100-80GB")
     no_p2p = a100.model_copy(update={"p2p": False})
     assert a100.interconnect == "nvlink" and no_p2p.interconnect == "pcie-host"
@@ -277,10 +279,13 @@ def test_no_peer_to_peer_stages_all_reduce_through_the_host_even_on_nvlink():
     host = CostModel(arch, no_p2p, 2).breakdown(batch).communication
     assert host > 3 * nvlink
     # The per-token part of a TP4 group's host-staged all-reduce: the ring's 1.5x the bytes of
-    # TP2's, each GPU at half the share of the host path, so 3x per token.
+    # TP2's, and on a shared host path each GPU at half the share of it, so 3x per token.
     big = Batch.decode(512, 1000)
-    per_token = {
-        tp: CostModel(arch, no_p2p, tp).breakdown(big).communication - CostModel(arch, no_p2p, tp).breakdown(Batch.decode(1, 1000)).communication
-        for tp in (2, 4)
-    }
-    assert per_token[4] == pytest.approx(3 * per_token[2], rel=0.01)
+
+    def per_token(gpu, tp):
+        return CostModel(arch, gpu, tp).breakdown(big).communication - CostModel(arch, gpu, tp).breakdown(Batch.decode(1, 1000)).communication
+
+    shared = no_p2p.model_copy(update={"host_link_shared": True})
+    assert per_token(shared, 4) == pytest.approx(3 * per_token(shared, 2), rel=0.01)
+    assert per_token(no_p2p, 4) == pytest.approx(1.5 * per_token(no_p2p, 2), rel=0.01)
+    assert per_token(shared, 2) == pytest.approx(per_token(no_p2p, 2), rel=0.01)  # TP2: the whole path either way

@@ -189,9 +189,10 @@ def get_instance(name: str) -> Instance:
 
 def instance_gpu(inst: Instance) -> GPU:
     """The GPU spec as it sits in ``inst``: without peer-to-peer where the instance has none
-    (``gpu_p2p = false``: its all-reduce goes through host memory)."""
+    (``gpu_p2p = false``: its all-reduce goes through host memory), over a host path its GPUs
+    share where the instance says so (``gpu_host_link_shared = true``)."""
     g = get_gpu(inst.gpu)
-    return g if inst.gpu_p2p else g.model_copy(update={"p2p": False})
+    return g if inst.gpu_p2p else g.model_copy(update={"p2p": False, "host_link_shared": inst.gpu_host_link_shared})
 
 
 def resolve_hardware(gpu: str | None = None, num_gpus: int | None = None, instance: str | None = None, gpu_p2p: bool = True) -> Hardware:

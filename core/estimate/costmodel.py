@@ -194,9 +194,9 @@ class CostModel:
             table = calibration()["interconnect"]
             link = table.get(gpu.interconnect) or table["pcie"]
             link_uni = gpu.allreduce_link_gbps * 1e9 / 2 * link["link_eff"]
-            if gpu.interconnect == "pcie-host":
-                # Staged through host memory, every GPU of the group crosses the same host
-                # (root complex, memory): each gets its share, full at TP2, half at TP4.
+            if gpu.interconnect == "pcie-host" and gpu.host_link_shared:
+                # Staged through host memory over a path the group's GPUs share (a cloud
+                # instance's switch uplink): each gets its share, full at TP2, half at TP4.
                 link_uni *= 2 / tp
             self._comm_per_token = 2 * layers * (2 * (tp - 1) / tp) * arch.hidden_size * ACTIVATION_BYTES / link_uni
             self._comm_fixed = 2 * layers * link["allreduce_us"] * 1e-6 * (1 + 0.15 * (tp - 2))

@@ -291,7 +291,8 @@ def estimate(
             "1.5-2.5x less throughput than this estimate (bench/data/published.jsonl gpustack, dstackr1); size from the band's low edge"
         )
     if not hardware.gpu.p2p and hardware.num_gpus > 1:
-        notes.append("no GPU peer-to-peer: tensor-parallel all-reduces go through host memory, their share of the host's PCIe link each")
+        where = "a host path the instance's GPUs share (2/TP of it each)" if hardware.gpu.host_link_shared else "each GPU's own PCIe slot"
+        notes.append(f"no GPU peer-to-peer: tensor-parallel all-reduces go through host memory, over {where}")
     if not configs:
         notes.append("no TP degree fits on this hardware: " + "; ".join(f"TP{m.tp}: {m.reason}" for m in memory))
     suggestion = None

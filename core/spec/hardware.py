@@ -26,6 +26,10 @@ class GPU(BaseModel):
     # Peer-to-peer between this box's GPUs over PCIe; False where the host stages NCCL
     # traffic through its memory (an instance's gpu_p2p = false sets it).
     p2p: bool = True
+    # Without peer-to-peer, whether the group's GPUs reach host memory through one shared path
+    # (a cloud instance's PCIe switch uplink: each gets 2/TP of it) or each through its own
+    # x16 slot (a bare-metal box of GeForce cards). An instance's gpu_host_link_shared sets it.
+    host_link_shared: bool = False
 
     @property
     def interconnect(self) -> str:
@@ -79,6 +83,7 @@ class Instance(BaseModel):
     price_date: str | None = None
     price_source: str = "bundled default"
     gpu_p2p: bool = True  # False: no GPU peer-to-peer (multi-GPU g5/g6/g6e; instances.toml)
+    gpu_host_link_shared: bool = False  # without P2P, the GPUs share one path to host memory
     uncertain: list[str] = Field(default_factory=list)
     notes: str = ""
 
