@@ -38,6 +38,13 @@ def mean_lengths(row: dict) -> tuple[float, float]:
     return float(w.get("input_len") or SHAREGPT_IN), float(w.get("output_len") or SHAREGPT_OUT)
 
 
+def assumed_lengths(row: dict) -> list[str]:
+    """Which of the row's mean lengths its source does not publish ("input", "output"): the
+    benches assume ShareGPT's there, so its error measures the guess as much as knee."""
+    w = row["workload"]
+    return [name for name in ("input", "output") if not w.get(f"{name}_len")]
+
+
 def lengths(row: dict, mean: float, which: str, other: float | None = None):
     """The length distribution the row's client drew from, where the source documents it.
 

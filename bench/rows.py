@@ -46,6 +46,7 @@ from pathlib import Path
 from bench.row_versions import caches_prefixes, engine_version  # noqa: F401
 from bench.row_workload import (  # noqa: F401
     INFERENCE_PERF_PROMPTS,
+    assumed_lengths,
     client_timeout,
     first_prompt_cached,
     lengths,

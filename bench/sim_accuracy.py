@@ -160,6 +160,7 @@ def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "
                 "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
                 "engine_name": row.get("engine"),
                 "mode": row["workload"]["mode"],
+                "assumed_lengths": R.assumed_lengths(row),
                 "measured": meas,
                 "simulated": sim,
                 "error": err,
@@ -174,6 +175,9 @@ def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "
     # simulator gets right; the rows where the engine decides it are the telling ones.
     hard = R.median_apes([r for r in results if r["mode"] == "online-concurrency" or r["overloaded"]], "ape")
     out = {
+        # Rows whose source gives no prompt (or output) length run on ShareGPT's mean: apart.
+        "median_ape_published_lengths": R.median_apes([r for r in results if not r["assumed_lengths"]], "ape"),
+        "assumed_lengths": sum(1 for r in results if r["simulated"] and r["assumed_lengths"]),
         "rows_online": len(online),
         "simulated": sum(1 for r in results if r["simulated"]),
         "skipped": skipped,
@@ -296,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             if meas is None:
                 continue
             parts.append(f"{LABELS[m]} {_fmt(sim, m)}/{_fmt(meas, m)} ({e * 100:.0f}%)" if e is not None else f"{LABELS[m]} -/{_fmt(meas, m)}")
-        print(f"{head} " + "  ".join(parts))
+        assumed = f"  [{' and '.join(r['assumed_lengths'])} length not published: ShareGPT's mean assumed]" if r["assumed_lengths"] else ""
+        print(f"{head} " + "  ".join(parts) + assumed)
     for s in out["skipped"]:
         print(f"{s['id']:<11} skipped: {s['reason']}")
     print()
@@ -307,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
         goal = ACCEPT.get(m)
         verdict = "" if goal is None or v is None else ("  (goal <= %d%%: %s)" % (goal * 100, "ok" if v <= goal else "MISSED"))
         print(f"median APE {LABELS[m]:<10} {'-' if v is None else f'{v * 100:5.1f}%'}  over {med[m + '_n']} rows{verdict}")
+    if out["assumed_lengths"]:
+        pub = out["median_ape_published_lengths"]
+        print(
+            f"rows with published lengths only ({out['assumed_lengths']} rows assumed ShareGPT's mean): "
+            + ", ".join(f"{LABELS[m]} {'-' if pub[m] is None else f'{pub[m] * 100:.0f}%'} ({pub[m + '_n']})" for m in METRICS)
+        )
     hard = out["median_ape_engine_bound"]
     print("engine-bound rows only (closed loop or overloaded, where throughput is not just the offered rate):")
     for m in METRICS:

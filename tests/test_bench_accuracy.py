@@ -130,6 +130,31 @@ def test_accuracy_reports_only_the_sources_asked_for(rows_path, capsys):
     assert [r["id"] for r in rep["rows"]] == ["good-1"] and rep["skipped"] == [] and rep["summary"]["rows"] == 1
 
 
+def test_a_row_whose_source_gives_no_prompt_length_is_marked_and_summed_apart(tmp_path, capsys):
+    """A source that does not publish its prompt length gets ShareGPT's mean: the row is
+    predicted, says so, and the median over rows with published lengths leaves it out."""
+    from bench import accuracy
+
+    unknown = {**GOOD, "id": "nolen-1", "workload": {**GOOD["workload"], "input_len": None}}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(unknown) + "\n")
+    assert accuracy.main([str(path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    marks = {r["id"]: r["assumed_lengths"] for r in rep["rows"]}
+    assert marks == {"good-1": [], "nolen-1": ["input"]}
+    s = rep["summary"]
+    assert s["assumed_lengths"] == 1 and s["knee"]["output_tok_per_s_n"] == 2 and s["knee_published_lengths"]["output_tok_per_s_n"] == 1
+    assert accuracy.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "input length not published: ShareGPT's mean assumed" in out and "rows with published lengths" in out
+    from bench import sim_accuracy
+
+    assert sim_accuracy.main([str(path), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert {r["id"]: r["assumed_lengths"] for r in sim["rows"]} == marks and sim["assumed_lengths"] == 1
+    assert sim["median_ape_published_lengths"]["output_tok_per_s_n"] == 1
+
+
 def test_a_cycled_prompt_pool_is_cached_only_while_the_cache_holds_it():
     from bench.rows import pool_resident, prompt_pool, workload
 
