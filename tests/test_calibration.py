@@ -15,7 +15,7 @@ from core.simulate import simulate
 from core.simulate.profiles import StepProfile, cpu_hardware
 from core.spec.serving import LoadPoint
 from core.spec.workload import Workload
-from core.sweep.calibration import StudyCalibration, median_ape, observation
+from core.sweep.calibration import StudyCalibration, _launch_key, median_ape, observation
 from core.sweep.space import server_config
 
 MODEL = "Qwen/Qwen3-4B"
@@ -112,6 +112,35 @@ def test_one_point_scales_the_base_prediction_toward_it(arch):
     assert cal.stage(1) == "scaled" and after["calibrated"] == 0.5
     assert abs(after["output_throughput"] - s["output_throughput"]) < abs(before["output_throughput"] - s["output_throughput"])
     assert after["output_throughput"] == pytest.approx(s["output_throughput"], rel=1e-6)  # at the measured point itself
+
+
+def test_a_server_launch_that_runs_slower_than_the_profile_is_predicted_from_its_own_points(arch):
+    """The profile is fitted on every point of the TP degree; a launch of one configuration
+    also has its own speed (here 30% slower at every cost). Once it has a point, the rest of
+    that launch is predicted from it; the other configuration keeps its own factor."""
+    hw = cpu_hardware()
+    slow = StepProfile("slower launch", step_s=TRUE.step_s * 1.3, seq_s=TRUE.seq_s * 1.3, token_s=TRUE.token_s * 1.3, request_overhead_s=0.05)
+    fast_args, slow_args = {"max_num_seqs": 8, "max_model_len": 2048}, {"max_num_seqs": 32, "max_model_len": 2048}
+    cal = StudyCalibration(arch, hw, lambda a: server_config(MODEL, a), kv_tokens=KV)
+    for c in (1, 4, 8):
+        cal.observe(fast_args, *measured(arch, hw, fast_args, c))
+
+    def run_slow(c):
+        cfg = server_config(MODEL, slow_args)
+        s = simulate(arch, hw, cfg, Workload.fixed(ISL, OSL, num_prompts=4 * c), LoadPoint(concurrency=c), cost=slow, kv_tokens=KV).summary
+        return {"max_concurrency": c}, s
+
+    cal.observe(slow_args, *run_slow(2))
+    cfg, wl, load = server_config(MODEL, slow_args), Workload.fixed(ISL, OSL, num_prompts=32), LoadPoint(concurrency=8)
+    profile_only = simulate(arch, hw, cfg, wl, load, cost=cal.profiles[1], kv_tokens=KV).summary
+    calibrated, truth = cal.predict(cfg, wl, load), run_slow(8)[1]
+    for key in ("output_throughput", "mean_tpot_ms"):
+        assert abs(calibrated[key] - truth[key]) < 0.5 * abs(profile_only[key] - truth[key])
+    thr_slow, tpot_slow = cal.launches[_launch_key(cfg)]
+    thr_fast, tpot_fast = cal.launches[_launch_key(server_config(MODEL, fast_args))]
+    assert thr_slow < 1 < tpot_slow and thr_fast > thr_slow and tpot_fast < tpot_slow
+    again = StudyCalibration.from_dict(cal.as_dict(), arch, hw, lambda a: server_config(MODEL, a))
+    assert again.launches == cal.launches and again.predict(cfg, wl, load)["output_throughput"] == calibrated["output_throughput"]
 
 
 def test_the_calibration_round_trips_through_plain_data(arch):
