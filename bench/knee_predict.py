@@ -19,7 +19,7 @@ def _predict(row: dict, arch, gpu, pool_cached: bool):
     knobs = {**R.engine_defaults(row, gpu), **R.knobs(notes)}
     gmu = knobs.pop("gpu_memory_utilization", 0.9)
     mml = knobs.pop("max_model_len", None)
-    n_prompts = R.prompt_count(notes)
+    n_prompts = R.prompts_sent(row)
     tp, dp = R.topology(row)
 
     def server(utilization: float):

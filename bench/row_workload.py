@@ -23,8 +23,16 @@ _COUNTS = [
 ]
 
 
+def prompts_sent(row: dict) -> int | None:
+    """Requests the row's run sent: its workload's ``num_prompts`` where the row gives it, else
+    what its notes say (:func:`prompt_count`). The field first: notes also count other things
+    ("a warm-up of 10 prompts discarded" in a 300-prompt run)."""
+    n = (row.get("workload") or {}).get("num_prompts")
+    return int(n) if isinstance(n, (int, float)) and n >= 1 else prompt_count(row.get("notes") or "")
+
+
 def prompt_count(notes: str) -> int | None:
-    """Requests the run sent: successes + failures, "N prompts" or "completed_requests=N"."""
+    """Requests the run sent, from its notes: successes + failures, "N prompts" or "completed_requests=N"."""
     for rx in _COUNTS:
         m = rx.search(notes or "")
         if m:
@@ -131,7 +139,7 @@ def first_prompt_cached(row: dict) -> bool:
     caching on by default (vLLM's V1 engine, 0.8 on; SGLang's radix cache) the measured
     request, that same prompt, finds it cached. (In a longer run only its first request does.)"""
     notes = row.get("notes") or ""
-    if prompt_count(notes) != 1 or not any(c in notes for c in ("benchmark_serving", "vllm bench serve", "bench_serving")):
+    if prompts_sent(row) != 1 or not any(c in notes for c in ("benchmark_serving", "vllm bench serve", "bench_serving")):
         return False
     return caches_prefixes(row)
 

@@ -53,6 +53,7 @@ from bench.row_workload import (  # noqa: F401
     mean_lengths,
     pool_resident,
     prompt_count,
+    prompts_sent,
     prompt_pool,
     system_prompt,
     workload,

@@ -99,7 +99,7 @@ def simulate_row(row: dict):
     if kv is not None:
         plan = plan_config_memory(arch, hw.gpu, with_engine_defaults(config, engine, version, hw.gpu))
         config = config.model_copy(update={"gpu_memory_utilization": R.utilization_leaving(kv, plan)})
-    n = R.prompt_count(notes)
+    n = R.prompts_sent(row)
     if w["mode"] == "online-concurrency":
         c = int(w["concurrency"])
         load = LoadPoint(concurrency=c, num_prompts=n or max(100, 10 * c))

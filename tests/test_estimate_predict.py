@@ -450,3 +450,39 @@ def test_staggered_prompts_that_fit_the_budget_stall_a_decode_for_their_own_chun
     full_step = pred.step_ms_mixed + pred.step_ms_decode
     assert pred.step_ms_decode < pred.itl_ms.p99 < 0.8 * full_step
     assert pred.itl_ms.p50 < pred.itl_ms.mean < pred.itl_ms.p99
+
+
+def test_a_finite_open_loop_run_of_fewer_requests_than_slots_never_queues():
+    """50 prompts at 10 req/s of 1000/2000 tokens: far above the rate the replica sustains,
+    yet all 50 run at once and none waits for a slot (the run ends before any steady state).
+    The estimator agrees with the simulator that replays those 50 arrivals, where the
+    steady-state overload it predicted before was 4x off on TTFT's queue and 1.5x on req/s
+    (bench/data/heldout2.jsonl vllmbenchsm: DeepSeek-R1, 50 prompts at 10 req/s)."""
+    from core.simulate import simulate
+    from core.spec.serving import LoadPoint
+
+    arch, hw = load_model("Qwen/Qwen3-8B"), resolve_hardware(gpu="H100-SXM", num_gpus=1)
+    wl = Workload.fixed(1000, 2000, num_prompts=50)
+    p = Predictor(arch, hw.gpu, wl, engine="vllm", engine_version="0.11.0")
+    cfg = p.config(1, 1)
+    assert p.running_cap(cfg)[0] > 50
+    finite, endless = p.predict(cfg, request_rate=10.0, num_prompts=50), p.predict(cfg, request_rate=10.0)
+    sim = simulate(arch, hw, cfg, wl, LoadPoint(request_rate=10.0, num_prompts=50)).summary
+    assert endless.saturated and endless.ttft_ms.mean > 1000  # an endless stream at 10 req/s does overload it
+    assert not finite.saturated and finite.limited_by == "load"
+    assert finite.ttft_ms.mean < 0.1 * endless.ttft_ms.mean
+    for ours, theirs in ((finite.req_per_s, sim["request_throughput"]), (finite.ttft_ms.mean, sim["mean_ttft_ms"]), (finite.tpot_ms.mean, sim["mean_tpot_ms"])):
+        assert ours == pytest.approx(theirs, rel=0.3)
+    # Its rate is its requests over the arrivals' span and the last one's latency.
+    assert finite.req_per_s == pytest.approx(50 / (50 / 10.0 + finite.e2e_s.mean), rel=0.05)
+
+
+def test_a_finite_open_loop_run_completes_below_its_rate_by_its_drain():
+    """300 prompts at 2 req/s: vllm bench serve's request throughput is completions over the
+    run's duration, the arrivals' 150 s and the last request's latency after them."""
+    arch, hw = load_model("Qwen/Qwen3-8B"), resolve_hardware(gpu="H100-SXM", num_gpus=1)
+    p = Predictor(arch, hw.gpu, Workload.fixed(1000, 2000, num_prompts=300), engine="vllm", engine_version="0.11.0")
+    cfg = p.config(1, 1)
+    finite, endless = p.predict(cfg, request_rate=2.0, num_prompts=300), p.predict(cfg, request_rate=2.0)
+    assert endless.req_per_s == pytest.approx(2.0)
+    assert finite.req_per_s == pytest.approx(300 / (150 + finite.e2e_s.mean), rel=0.02) and finite.req_per_s < 0.9 * 2.0
