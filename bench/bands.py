@@ -139,9 +139,12 @@ def track_record(results: list[dict], key: str) -> dict:
     """How close knee came on published runs, by GPU and engine (``gpu_engine``: "L4|vllm"),
     by GPU, by engine and over all rows: what a user reads beside a prediction for that GPU
     and engine. A group is kept with ``TRACK_ROWS`` rows from ``TRACK_SOURCES`` sources; with
-    ``--loso`` each row was predicted by parameters fitted without its source."""
+    ``--loso`` each row was predicted by parameters fitted without its source (the held-out
+    files' rows, by the shipped parameters, which never saw them). A row whose source does
+    not publish its lengths is left out: its error is partly the bench's guess of them, and a
+    user's estimate always has its own."""
     groups: dict[str, dict[str, list[dict]]] = {"gpu_engine": {}, "gpu": {}, "engine": {}}
-    judged = [r for r in results if any(_ratio(r, m, key) for m in METRICS)]
+    judged = [r for r in results if not r.get("assumed_lengths") and any(_ratio(r, m, key) for m in METRICS)]
     for r in judged:
         engine = canonical_engine(r.get("engine_name"))
         groups["engine"].setdefault(engine, []).append(r)
@@ -168,15 +171,21 @@ def _entry(b: tuple[float, float, int, int], cover: float | None = None) -> dict
     return d
 
 
-def write_bands(results: list[dict], out: str, paths: list[str], key: str = "knee") -> dict:
+def write_bands(
+    results: list[dict], out: str, paths: list[str], key: str = "knee", held_out: list[dict] | None = None, held_out_paths: list[str] | None = None
+) -> dict:
+    """bands.json from ``results`` (the report's rows, predictions under ``key``); the track
+    record also counts ``held_out`` (rows of files no parameter was fitted on, predicted by
+    the shipped estimator under ``knee``)."""
+    unseen = [{**r, key: r.get("knee") or {}} for r in held_out or []]
     pooled: dict[str, dict] = {}
-    held_out: dict[str, float] = {}
+    coverage_of: dict[str, float] = {}
     for m in METRICS:
         tail, share = calibrated_tail(results, m, key)
         b = _band(results, m, key, 10, 1, tail)
         if b is None:
             continue  # too few rows for this metric
-        held_out[m] = share
+        coverage_of[m] = share
         pooled[m] = _entry(b) | {"pessimistic_percentile": 100 - tail if m in LATENCIES else tail}
     by_engine: dict[str, dict] = {}
     checks: dict[str, dict] = {}
@@ -201,17 +210,19 @@ def write_bands(results: list[dict], out: str, paths: list[str], key: str = "kne
         f"where it has {MIN_ROWS} rows from {MIN_SOURCES} sources for the metric and its own band's pessimistic edge holds "
         f"for {NOMINAL:.0%} of each held-out source's rows; track_record: median absolute error and median "
         f"measured/predicted by GPU and engine, GPU, engine and all rows (a group with {TRACK_ROWS} rows from "
-        f"{TRACK_SOURCES} sources)",
+        f"{TRACK_SOURCES} sources; rows whose lengths their source does not publish left out; the held-out files' rows as the "
+        "shipped estimator predicts them)",
         "predictions": "leave-one-source-out"
         if key == "knee_loso"
         else "shipped estimator (in-sample: calibration.toml ships the fit on both measurement files; --loso gives the honest bands)",
         "files": [Path(p).name for p in paths],
+        "track_record_held_out_files": [Path(p).name for p in held_out_paths or []],
         "date": datetime.date.today().isoformat(),
         "bands": pooled,
-        "held_out_coverage": {m: (round(v, 3) if v == v else None) for m, v in held_out.items()},
+        "held_out_coverage": {m: (round(v, 3) if v == v else None) for m, v in coverage_of.items()},
         "by_engine": by_engine,
         "engine_checks": checks,
-        "track_record": track_record(results, key),
+        "track_record": track_record(results + unseen, key),
     }
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
@@ -226,10 +237,21 @@ def main() -> None:
     ap.add_argument("report", help="the JSON report (its rows carry knee_loso)")
     ap.add_argument("--files", required=True, help="comma-separated names of the measurement files the report was run on")
     ap.add_argument("--out", default="core/estimate/bands.json")
+    ap.add_argument(
+        "--held-out",
+        default="",
+        help="comma-separated held-out JSONL files (never fitted on): the shipped estimator's errors on them join the track record",
+    )
     a = ap.parse_args()
     rows = json.loads(Path(a.report).read_text())["rows"]
     key = "knee_loso" if any(r.get("knee_loso") for r in rows) else "knee"
-    print_bands(write_bands(rows, a.out, a.files.split(","), key))
+    paths = [p for p in a.held_out.split(",") if p]
+    unseen = []
+    if paths:
+        from bench import accuracy
+
+        unseen = accuracy.run([Path(p) for p in paths])["rows"]
+    print_bands(write_bands(rows, a.out, a.files.split(","), key, unseen, paths))
 
 
 def print_bands(doc: dict, file=None) -> None:

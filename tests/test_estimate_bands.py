@@ -171,6 +171,18 @@ def test_a_track_record_is_kept_per_gpu_and_engine_only_with_enough_rows_and_sou
     assert rec["metrics"]["ttft_ms"]["median_ape"] == 0.0
     assert "L4|vllm" not in tr["gpu_engine"] and "L4" not in tr["gpu"]
     assert tr["engine"]["vllm"]["rows"] == len(h100 + l4) and tr["all"]["rows"] == len(h100 + l4)
+    # A held-out file's rows (the shipped estimator's predictions, under "knee") join the
+    # record: a second L4 source states L4's own; a row without its lengths does not count.
+    unseen = [{**r, "id": "ho" + r["id"]} for r in rows("L4", "vllm", 1, TRACK_ROWS, 0.5)]
+    guessed = [{**r, "id": "guess" + r["id"], "assumed_lengths": ["input"]} for r in rows("L4", "vllm", 1, TRACK_ROWS, 0.1)]
+    loso = [{**r, "knee_loso": r["knee"], "knee": {}} for r in h100 + l4]
+    doc = write_bands(loso, str(tmp_path / "c.json"), ["x.jsonl"], "knee_loso", unseen + guessed, ["h.jsonl"])
+    rec = doc["track_record"]["gpu_engine"]["L4|vllm"]
+    assert rec["rows"] == 2 * TRACK_ROWS and rec["sources"] == 2 and rec["metrics"]["output_tok_per_s"]["median_ratio"] == 0.5
+    assert (
+        doc["track_record_held_out_files"] == ["h.jsonl"]
+        and doc["bands"] == write_bands(loso, str(tmp_path / "d.json"), ["x.jsonl"], "knee_loso")["bands"]
+    )
 
 
 def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
