@@ -471,7 +471,11 @@ def test_a_finite_open_loop_run_of_fewer_requests_than_slots_never_queues():
     assert endless.saturated and endless.ttft_ms.mean > 1000  # an endless stream at 10 req/s does overload it
     assert not finite.saturated and finite.limited_by == "load"
     assert finite.ttft_ms.mean < 0.1 * endless.ttft_ms.mean
-    for ours, theirs in ((finite.req_per_s, sim["request_throughput"]), (finite.ttft_ms.mean, sim["mean_ttft_ms"]), (finite.tpot_ms.mean, sim["mean_tpot_ms"])):
+    for ours, theirs in (
+        (finite.req_per_s, sim["request_throughput"]),
+        (finite.ttft_ms.mean, sim["mean_ttft_ms"]),
+        (finite.tpot_ms.mean, sim["mean_tpot_ms"]),
+    ):
         assert ours == pytest.approx(theirs, rel=0.3)
     # Its rate is its requests over the arrivals' span and the last one's latency.
     assert finite.req_per_s == pytest.approx(50 / (50 / 10.0 + finite.e2e_s.mean), rel=0.05)

@@ -353,7 +353,21 @@ class Predictor:
                 # the last answer: the arrivals' span, then the last request's latency.
                 x = n_run / (span + ovh + wait + backlog + st.cycle + tail)
             pred = finish(
-                self.shape, cfg, cm, st, x, wait, "exponential", limited, False, concurrency, request_rate, budget, seqs, cap, first_wave=(1.0, backlog)
+                self.shape,
+                cfg,
+                cm,
+                st,
+                x,
+                wait,
+                "exponential",
+                limited,
+                False,
+                concurrency,
+                request_rate,
+                budget,
+                seqs,
+                cap,
+                first_wave=(1.0, backlog),
             )
         if concurrency is not None and pred.req_per_s * pred.e2e_s.mean > concurrency:
             # The client caps requests in flight: the closed loop at that cap applies.
