@@ -55,6 +55,7 @@ from core.estimate.params import engine_profile
 from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
 from core.estimate.latency import finish, overloaded
 from core.estimate.memory import MemoryPlan, plan_memory
+from core.estimate.open_loop import below_saturation
 from core.estimate.prediction import Prediction
 from core.estimate.stats import QUANTILES, Stats, cv2_len, mean_len
 from core.estimate.steady import Shape, multi_step, steady_state
@@ -324,50 +325,20 @@ class Predictor:
             x, wait = overloaded(self.shape, cfg, cm, st_cap, cap_x, lam, max(n_run / dp, 1.0), request_timeout_s, budget, seqs, cap)
             pred = finish(self.shape, cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget, seqs, cap)
         else:
-            lo, hi = 0.0, cap if few is None else few
-            for _ in range(40):
-                mid = 0.5 * (lo + hi)
-                if lam * steady_state(self.shape, cm, max(mid, 1e-3), budget, cached).cycle > mid:
-                    lo = mid
-                else:
-                    hi = mid
-                if hi - lo < 1e-3 * max(hi, 1.0):
-                    break
-            n = max(hi, 1e-3)
-            st = steady_state(self.shape, cm, n, budget, cached)
-            # M/M/c waiting with c = the cap (Sakasegawa's approximation): negligible until
-            # the running batch nears its cap.
-            rho = min(n / cap, 0.999)
-            wait = 0.0 if few is not None else st.cycle * rho ** (math.sqrt(2 * (cap + 1)) - 1) / (cap * (1 - rho))
-            limited = "load" if rho < 0.95 else cap_reason
-            x = lam
-            backlog = 0.0
-            if num_prompts:
-                n_run = num_prompts / dp
-                span = n_run / lam
-                if few is not None:
-                    # Their prompts arrive faster than they prefill when the run's prefill work
-                    # outlasts its arrivals: the last waits for the difference, the first not.
-                    backlog = max(0.0, prefill_storm(self.shape, cm, n_run, budget, cached) - span)
-                # A finite run's rate is its requests over the time from the first arrival to
-                # the last answer: the arrivals' span, then the last request's latency.
-                x = n_run / (span + ovh + wait + backlog + st.cycle + tail)
-            pred = finish(
+            pred = below_saturation(
                 self.shape,
                 cfg,
                 cm,
-                st,
-                x,
-                wait,
-                "exponential",
-                limited,
-                False,
-                concurrency,
-                request_rate,
+                lam,
+                cap,
+                cap_reason,
                 budget,
                 seqs,
-                cap,
-                first_wave=(1.0, backlog),
+                cached,
+                few,
+                num_prompts / dp if num_prompts else None,
+                concurrency,
+                request_rate,
             )
         if concurrency is not None and pred.req_per_s * pred.e2e_s.mean > concurrency:
             # The client caps requests in flight: the closed loop at that cap applies.

@@ -1,0 +1,68 @@
+"""An open loop the replica keeps up with: the running batch its arrivals sustain, the wait
+for a slot, and, for a finite benchmark run, what its request rate and first prompts see.
+
+:meth:`core.estimate.predict.Predictor.predict` calls it below saturation (and for a finite
+run of no more requests than the replica runs at once, which never saturates whatever its
+rate); past saturation :func:`core.estimate.latency.overloaded` applies.
+"""
+
+from __future__ import annotations
+
+import math
+
+from core.estimate.costmodel import CostModel
+from core.estimate.latency import finish
+from core.estimate.prediction import Prediction
+from core.estimate.steady import Shape, steady_state
+from core.estimate.waves import prefill_storm
+from core.spec.serving import ServerConfig
+
+
+def below_saturation(
+    shape: Shape,
+    cfg: ServerConfig,
+    cm: CostModel,
+    lam: float,
+    cap: float,
+    cap_reason: str,
+    budget: int,
+    seqs: int,
+    cached: float,
+    few: float | None,
+    n_run: float | None,
+    concurrency: float | None,
+    request_rate: float | None,
+) -> Prediction:
+    """``lam``: arrivals per second at this replica; ``n_run``: the requests a finite run
+    sends it (None: an endless stream); ``few``: ``n_run`` where it is no more than the
+    ``cap`` requests the replica runs at once (then none ever waits for a slot)."""
+    # The running batch n at which the arrivals keep it full: lam x cycle(n) = n; a finite
+    # run never holds more than its own requests.
+    lo, hi = 0.0, cap if few is None else few
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if lam * steady_state(shape, cm, max(mid, 1e-3), budget, cached).cycle > mid:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-3 * max(hi, 1.0):
+            break
+    n = max(hi, 1e-3)
+    st = steady_state(shape, cm, n, budget, cached)
+    # M/M/c waiting with c = the cap (Sakasegawa's approximation): negligible until the
+    # running batch nears its cap.
+    rho = min(n / cap, 0.999)
+    wait = 0.0 if few is not None else st.cycle * rho ** (math.sqrt(2 * (cap + 1)) - 1) / (cap * (1 - rho))
+    limited = "load" if rho < 0.95 else cap_reason
+    x = lam
+    backlog = 0.0
+    if n_run:
+        span = n_run / lam
+        if few is not None:
+            # Their prompts arrive faster than they prefill when the run's prefill work
+            # outlasts its arrivals: the last waits for the difference, the first not.
+            backlog = max(0.0, prefill_storm(shape, cm, n_run, budget, cached) - span)
+        # A finite run's rate is its requests over the time from the first arrival to the
+        # last answer: the arrivals' span, then the last request's latency.
+        x = n_run / (span + cm.request_overhead_s + wait + backlog + st.cycle + cm.output_token_overhead_s * shape.output_len)
+    return finish(shape, cfg, cm, st, x, wait, "exponential", limited, False, concurrency, request_rate, budget, seqs, cap, first_wave=(1.0, backlog))
