@@ -240,18 +240,15 @@ def main() -> None:
     ap.add_argument(
         "--held-out",
         default="",
-        help="comma-separated held-out JSONL files (never fitted on): the shipped estimator's errors on them join the track record",
+        help="comma-separated saved `bench.accuracy HELDOUT.jsonl --json` reports of files never fitted on: "
+        "the shipped estimator's errors on them join the track record (each named by its report's file name)",
     )
     a = ap.parse_args()
     rows = json.loads(Path(a.report).read_text())["rows"]
     key = "knee_loso" if any(r.get("knee_loso") for r in rows) else "knee"
-    paths = [p for p in a.held_out.split(",") if p]
-    unseen = []
-    if paths:
-        from bench import accuracy
-
-        unseen = accuracy.run([Path(p) for p in paths])["rows"]
-    print_bands(write_bands(rows, a.out, a.files.split(","), key, unseen, paths))
+    reports = [p for p in a.held_out.split(",") if p]
+    unseen = [r for p in reports for r in json.loads(Path(p).read_text())["rows"]]
+    print_bands(write_bands(rows, a.out, a.files.split(","), key, unseen, reports))
 
 
 def print_bands(doc: dict, file=None) -> None:
