@@ -186,9 +186,10 @@ def test_a_track_record_is_kept_per_gpu_and_engine_only_with_enough_rows_and_sou
 
 
 def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
-    """The shipped file: H100 with vLLM has its own held-out record; an L4 with vLLM has too
-    few published runs and falls back to vLLM on any GPU, and says so; the simulator reads
-    vLLM's. knee estimate prints it and carries it in --json."""
+    """The shipped file: H100 with vLLM has its own held-out record, and so has an L4 with
+    vLLM once the held-out files' L4 runs count; an RTX 4090 with vLLM has too few published
+    runs with their lengths and falls back to vLLM on any GPU, and says so; the simulator
+    reads vLLM's. knee estimate prints it and carries it in --json."""
     from core.estimate.track_record import lookup
 
     t = bands.table()["track_record"]
@@ -196,13 +197,18 @@ def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
     assert h100.exact and h100.scope == "H100-SXM with vllm" and h100.rows == t["gpu_engine"]["H100-SXM|vllm"]["rows"] >= 10
     assert lookup("H100-SXM", "sim") == h100
     l4 = lookup("L4", "vllm")
-    assert not l4.exact and l4.scope == "vllm" and l4.rows == t["engine"]["vllm"]["rows"]
+    assert l4.exact and l4.scope == "L4 with vllm" and l4.sources >= 2 and bands.table()["track_record_held_out_files"] == ["heldout.json", "heldout2.json"]
+    rtx = lookup("RTX-4090", "vllm")
+    assert not rtx.exact and rtx.scope == "vllm" and rtx.rows == t["engine"]["vllm"]["rows"]
     assert lookup("No-Such-GPU", "no-such-engine").scope == "all"
-    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "8"]) == 0
+    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "RTX-4090", "--concurrency", "8"]) == 0
     out = capsys.readouterr().out
-    assert f"Track record: median held-out error on {l4.rows} published vllm runs" in out
-    assert "too few published L4 runs with vllm to judge them alone" in out
+    assert f"Track record: median held-out error on {rtx.rows} published vllm runs" in out
+    assert "too few published RTX-4090 runs with vllm to judge them alone" in out
+    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "8"]) == 0
+    assert f"Track record: median held-out error on {l4.rows} published L4 with vllm runs" in capsys.readouterr().out
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-SXM", "--concurrency", "8", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)["track_record"]
     assert d["scope"] == "H100-SXM with vllm" and d["exact"] and d["predictions"] == "leave-one-source-out"
+    assert d["held_out_files"] == ["heldout.json", "heldout2.json"]
     assert d["median_ape"] == h100.median_ape and set(d["median_ape"]) <= set(KEYS)

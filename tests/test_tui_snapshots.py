@@ -59,15 +59,21 @@ def test_plan_with_errors(snap_compare):
     assert snap_compare(make_app(), run_before=run_before, terminal_size=WIDE)
 
 
+def _estimate_ready(app) -> bool:
+    """The estimate's message handled, its rows in the table: the worker finishing is not
+    enough on a loaded box (the table was once captured empty, its columns header-wide)."""
+    return getattr(app.screen, "view", None) is not None and app.screen.prediction_table.row_count > 0
+
+
 @pytest.mark.parametrize("size", [WIDE, NARROW], ids=["100x30", "80x24"])
 def test_estimate(snap_compare, size):
-    assert snap_compare(make_app(), run_before=goto("f2"), terminal_size=size)
+    assert snap_compare(make_app(), run_before=goto("f2", _estimate_ready), terminal_size=size)
 
 
 def test_estimate_light_theme(snap_compare):
     app = make_app()
     app.theme = "textual-light"
-    assert snap_compare(app, run_before=goto("f2"), terminal_size=WIDE)
+    assert snap_compare(app, run_before=goto("f2", _estimate_ready), terminal_size=WIDE)
 
 
 def test_sweep_empty(snap_compare, tmp_path):

@@ -3,11 +3,13 @@
 A band (core/estimate/bands.py) says how wide the error can be anywhere; a track record says
 how well knee has done on the hardware and engine in hand: the median absolute error per
 metric over published measurements on that GPU with that engine, each predicted by
-parameters fitted without its source (leave-one-source-out). ``bands.json``'s
+parameters fitted without its source (leave-one-source-out) or, for the held-out files'
+rows (bench/data/heldout*.jsonl), by the shipped parameters, which never saw them; rows whose
+source does not publish their lengths are left out. ``bands.json``'s
 ``track_record`` holds it (bench/bands.py ``track_record``), per GPU and engine, per GPU, per
 engine and over every row; a group is kept with 10 rows from 2 sources. :func:`lookup`
-returns the most specific group there is, so an L4 with vLLM reads "no L4 runs enough, vLLM
-on any GPU" rather than a figure from five rows of one benchmark.
+returns the most specific group there is, so an RTX 4090 with vLLM reads "too few RTX 4090
+runs, vLLM on any GPU" rather than a figure from five rows of one benchmark.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class TrackRecord:
             "median_ape": self.median_ape,
             "median_measured_over_predicted": self.median_ratio,
             "predictions": table().get("predictions"),
+            "held_out_files": table().get("track_record_held_out_files", []),
         }
 
     def line(self) -> str:
