@@ -197,7 +197,12 @@ def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
     assert h100.exact and h100.scope == "H100-SXM with vllm" and h100.rows == t["gpu_engine"]["H100-SXM|vllm"]["rows"] >= 10
     assert lookup("H100-SXM", "sim") == h100
     l4 = lookup("L4", "vllm")
-    assert l4.exact and l4.scope == "L4 with vllm" and l4.sources >= 2 and bands.table()["track_record_held_out_files"] == ["heldout.json", "heldout2.json"]
+    assert (
+        l4.exact
+        and l4.scope == "L4 with vllm"
+        and l4.sources >= 2
+        and bands.table()["track_record_held_out_files"] == ["heldout.json", "heldout2.json"]
+    )
     rtx = lookup("RTX-4090", "vllm")
     assert not rtx.exact and rtx.scope == "vllm" and rtx.rows == t["engine"]["vllm"]["rows"]
     assert lookup("No-Such-GPU", "no-such-engine").scope == "all"
