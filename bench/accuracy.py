@@ -223,7 +223,7 @@ def print_report(rep: dict, quiet: bool = False) -> None:
                 )
             why = f"  [llm-optimizer: {r['llm_optimizer_error']}]" if r["llm_optimizer_error"] else ""
             why += f"  [knee: {r['knee_error']}]" if r["knee_error"] else ""
-            why += f"  [{' and '.join(r['assumed_lengths'])} length not published: ShareGPT's mean assumed]" if r.get("assumed_lengths") else ""
+            why += R.assumed_lengths_marker(r.get("assumed_lengths") or [])
             print(f"  {r['id']:11} {r['gpu']:9} {r['engine']:18} {r['mode'][:14]:14} " + "; ".join(parts) + why)
     if s["skipped_reasons"]:
         # Also with --quiet: a row left out changes what the medians cover.

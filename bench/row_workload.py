@@ -53,6 +53,11 @@ def assumed_lengths(row: dict) -> list[str]:
     return [name for name in ("input", "output") if not w.get(f"{name}_len")]
 
 
+def assumed_lengths_marker(assumed: list[str]) -> str:
+    """The report's mark on a row whose lengths were assumed (empty when none were)."""
+    return f"  [{' and '.join(assumed)} length not published: ShareGPT's mean assumed]" if assumed else ""
+
+
 def lengths(row: dict, mean: float, which: str, other: float | None = None):
     """The length distribution the row's client drew from, where the source documents it.
 

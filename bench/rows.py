@@ -47,6 +47,7 @@ from bench.row_versions import caches_prefixes, engine_version  # noqa: F401
 from bench.row_workload import (  # noqa: F401
     INFERENCE_PERF_PROMPTS,
     assumed_lengths,
+    assumed_lengths_marker,
     client_timeout,
     first_prompt_cached,
     lengths,

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             if meas is None:
                 continue
             parts.append(f"{LABELS[m]} {_fmt(sim, m)}/{_fmt(meas, m)} ({e * 100:.0f}%)" if e is not None else f"{LABELS[m]} -/{_fmt(meas, m)}")
-        assumed = f"  [{' and '.join(r['assumed_lengths'])} length not published: ShareGPT's mean assumed]" if r["assumed_lengths"] else ""
+        assumed = R.assumed_lengths_marker(r["assumed_lengths"])
         print(f"{head} " + "  ".join(parts) + assumed)
     for s in out["skipped"]:
         print(f"{s['id']:<11} skipped: {s['reason']}")
