@@ -18,6 +18,13 @@ from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
 
 
+def never_queues(n_run: float | None, cap: float) -> bool:
+    """A finite run of no more requests than the replica runs at once never queues for a
+    slot, whatever its rate: at most its N are ever in flight (a benchmark's 50 prompts at
+    10 req/s of 2000-token answers: all 50 run together, none waits)."""
+    return n_run is not None and 0 < n_run <= cap
+
+
 def below_saturation(
     shape: Shape,
     cfg: ServerConfig,
@@ -28,14 +35,15 @@ def below_saturation(
     budget: int,
     seqs: int,
     cached: float,
-    few: float | None,
+    tail: float,
     n_run: float | None,
     concurrency: float | None,
     request_rate: float | None,
 ) -> Prediction:
     """``lam``: arrivals per second at this replica; ``n_run``: the requests a finite run
-    sends it (None: an endless stream); ``few``: ``n_run`` where it is no more than the
-    ``cap`` requests the replica runs at once (then none ever waits for a slot)."""
+    sends it (None: an endless stream); ``tail``: the per-request cost of streaming its
+    answer out."""
+    few = n_run if never_queues(n_run, cap) else None
     # The running batch n at which the arrivals keep it full: lam x cycle(n) = n; a finite
     # run never holds more than its own requests.
     lo, hi = 0.0, cap if few is None else few
@@ -64,5 +72,5 @@ def below_saturation(
             backlog = max(0.0, prefill_storm(shape, cm, n_run, budget, cached) - span)
         # A finite run's rate is its requests over the time from the first arrival to the
         # last answer: the arrivals' span, then the last request's latency.
-        x = n_run / (span + cm.request_overhead_s + wait + backlog + st.cycle + cm.output_token_overhead_s * shape.output_len)
+        x = n_run / (span + cm.request_overhead_s + wait + backlog + st.cycle + tail)
     return finish(shape, cfg, cm, st, x, wait, "exponential", limited, False, concurrency, request_rate, budget, seqs, cap, first_wave=(1.0, backlog))

@@ -55,7 +55,7 @@ from core.estimate.params import engine_profile
 from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
 from core.estimate.latency import finish, overloaded
 from core.estimate.memory import MemoryPlan, plan_memory
-from core.estimate.open_loop import below_saturation
+from core.estimate.open_loop import below_saturation, never_queues
 from core.estimate.prediction import Prediction
 from core.estimate.stats import QUANTILES, Stats, cv2_len, mean_len
 from core.estimate.steady import Shape, multi_step, steady_state
@@ -310,11 +310,8 @@ class Predictor:
 
         lam = request_rate / dp
         st_cap = steady_state(self.shape, cm, cap, budget, cached)
-        # A finite run of no more requests than the replica runs at once never queues for a
-        # slot, whatever the rate: at most its N are ever in flight (a benchmark's 50 prompts
-        # at 10 req/s of 2000-token answers: all 50 run together, none waits).
-        few = num_prompts / dp if num_prompts and num_prompts / dp <= cap else None
-        if lam * st_cap.cycle >= cap and few is None:
+        n_replica = num_prompts / dp if num_prompts else None
+        if lam * st_cap.cycle >= cap and not never_queues(n_replica, cap):
             # Arrivals outrun the replica: over a finite run the queue grows linearly and the
             # i-th request waits i·(1/X − 1/λ). At a full KV cache the engine evicts too.
             if self.evicts(cap_reason):
@@ -335,8 +332,8 @@ class Predictor:
                 budget,
                 seqs,
                 cached,
-                few,
-                num_prompts / dp if num_prompts else None,
+                tail,
+                n_replica,
                 concurrency,
                 request_rate,
             )
