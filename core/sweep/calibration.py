@@ -170,9 +170,11 @@ class StudyCalibration:
             return False
         self.profiles[tp] = profile
         self.refits += 1
-        for o in group:
-            cfg = self.config_of(o.server_args)
-            self.launches[_launch_key(cfg)] = self._launch_factors(cfg, profile)
+        # The new profile moves every launch's factors; each configuration once, not once
+        # per point (each factor replays all of that configuration's points).
+        configs = {_launch_key(c): c for c in (self.config_of(o.server_args) for o in group)}
+        for key, cfg in configs.items():
+            self.launches[key] = self._launch_factors(cfg, profile)
         return True
 
     # -- predicting -------------------------------------------------------------------------
