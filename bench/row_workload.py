@@ -41,9 +41,26 @@ def prompt_count(notes: str) -> int | None:
 
 
 def mean_lengths(row: dict) -> tuple[float, float]:
-    """Mean prompt and output tokens (the ShareGPT means where the source gives none)."""
+    """Mean prompt and output tokens (the ShareGPT means where the source gives none; the
+    generated mean where the run stopped answers early, :func:`stopped_early`)."""
     w = row["workload"]
-    return float(w.get("input_len") or SHAREGPT_IN), float(w.get("output_len") or SHAREGPT_OUT)
+    out = stopped_early(row) or float(w.get("output_len") or SHAREGPT_OUT)
+    return float(w.get("input_len") or SHAREGPT_IN), out
+
+
+def stopped_early(row: dict) -> float | None:
+    """The mean answer a random-dataset run generated, where its own figures show that the
+    model stopped before the configured length: output tok/s over req/s well below it
+    (``vllm bench serve`` random prompts without ``--ignore-eos``: the configured length is
+    only max_tokens, and an answer ends at the model's EOS). mrah4090's runs configured 128
+    tokens and generated 100 on average at every concurrency. None where the run generated
+    what was configured, or where req/s is too coarse to tell (0.02 to two decimals)."""
+    w, m = row["workload"], row["metrics"]
+    cap, rps, tps = w.get("output_len"), m.get("req_per_s"), m.get("output_tok_per_s")
+    if w.get("dataset") != "random" or not (cap and rps and tps) or rps < 0.2:
+        return None
+    generated = tps / rps
+    return generated if generated < 0.9 * cap else None
 
 
 def assumed_lengths(row: dict) -> list[str]:
@@ -76,11 +93,17 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
       and queue behind one another's prefill, where the real client's lengths scatter the
       arrivals (the vllmfp8kv rows: 20k-token prompts at c=8, median TTFT 0.76 s measured,
       2.0 s simulated with fixed lengths);
+    - answers a random-dataset run ended at EOS (:func:`stopped_early`): uniform about the
+      generated mean up to the configured length, never in lockstep;
     - otherwise the mean, fixed.
     """
     from core.spec.workload import LengthDist
 
     src = (row.get("source") or "") + " " + (row.get("notes") or "")
+    if which == "output" and stopped_early(row):
+        # Answers that end at EOS spread below the configured max_tokens: uniform up to it.
+        cap = float(row["workload"]["output_len"])
+        return LengthDist(kind="uniform", mean=mean, range_ratio=min(1.0, cap / mean - 1.0))
     if "llmperf" in src:
         return LengthDist(kind="normal", mean=mean, std=150.0 if which == "input" else 10.0)
     if row["workload"].get("dataset") == "sharegpt":

@@ -55,6 +55,7 @@ from bench.row_workload import (  # noqa: F401
     pool_resident,
     prompt_count,
     prompts_sent,
+    stopped_early,
     prompt_pool,
     system_prompt,
     workload,

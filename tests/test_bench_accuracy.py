@@ -248,6 +248,8 @@ def test_a_closed_loop_of_spread_lengths_does_not_queue_in_waves():
         "stat": "median",
         "notes": notes,
         "workload": {**GOOD["workload"], "dataset": "random", "input_len": 20000.0, "output_len": 2000.0, "concurrency": 8},
+        # Throughputs consistent with 2000-token answers (GOOD's imply 177: answers ended early).
+        "metrics": {**GOOD["metrics"], "req_per_s": 0.2, "output_tok_per_s": 400.0},
     }
     spread, _ = simulate_row(row)
     fixed, _ = simulate_row({**row, "notes": notes.replace(" (+-15% variance)", "")})
@@ -278,3 +280,25 @@ def test_the_held_out_file_is_predicted_or_skipped_with_a_reason(name, capsys):
     sim = json.loads(capsys.readouterr().out)
     online = {r["id"] for r in rows if r["workload"]["mode"].startswith("online")}
     assert {r["id"] for r in sim["rows"]} | {s["id"] for s in sim["skipped"]} == online
+
+
+def test_a_random_run_whose_answers_ended_at_eos_is_read_at_the_length_it_generated():
+    """``vllm bench serve`` random prompts without ``--ignore-eos``: max_tokens 128, the
+    model stopped at 100 on average (mrah4090's output tok/s over req/s). The row is read
+    at 100 with lengths spread up to 128 (no lockstep); a run that generated what it was
+    configured, or whose req/s is too coarse to divide, keeps the configured length."""
+    from bench.rows import mean_lengths, stopped_early, workload
+
+    wl = {"input_len": 256, "output_len": 128, "dataset": "random", "concurrency": 8, "mode": "online-concurrency"}
+    early = {"workload": wl, "metrics": {"req_per_s": 3.78, "output_tok_per_s": 377.0}}
+    assert stopped_early(early) == pytest.approx(99.7, abs=0.1)
+    assert mean_lengths(early) == (256.0, pytest.approx(99.7, abs=0.1))
+    out = workload(early).output
+    assert out.kind == "uniform" and out.mean == pytest.approx(99.7, abs=0.1) and out.upper <= 128
+
+    full = {"workload": wl, "metrics": {"req_per_s": 3.0, "output_tok_per_s": 380.0}}
+    coarse = {"workload": wl, "metrics": {"req_per_s": 0.02, "output_tok_per_s": 1.7}}
+    sharegpt = {"workload": {**wl, "dataset": "sharegpt"}, "metrics": early["metrics"]}
+    for row in (full, coarse, sharegpt):
+        assert stopped_early(row) is None and mean_lengths(row)[1] == 128.0
+    assert workload(full).output.kind == "fixed"
