@@ -188,6 +188,11 @@ def with_config(rows: list[dict], skipped: list[dict]):
         if cfg is None:
             skipped.append({"id": row.get("id"), "reason": f"no bundled config for {ref}"})
             continue
+        isl, osl = mean_lengths(row)
+        if isl + osl > arch.max_position_embeddings:
+            # The server refuses such a request (as knee estimate does): no run measured it.
+            skipped.append({"id": row.get("id"), "reason": f"{isl:.0f} + {osl:.0f} tokens exceed {ref}'s context of {arch.max_position_embeddings}"})
+            continue
         yield row, cfg, arch
 
 

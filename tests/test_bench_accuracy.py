@@ -302,3 +302,24 @@ def test_a_random_run_whose_answers_ended_at_eos_is_read_at_the_length_it_genera
     for row in (full, coarse, sharegpt):
         assert stopped_early(row) is None and mean_lengths(row)[1] == 128.0
     assert workload(full).output.kind == "fixed"
+
+
+def test_a_row_longer_than_its_models_context_is_skipped_with_the_reason(tmp_path, capsys):
+    """No server runs a request longer than the model's context (``knee estimate`` refuses
+    it too): both benches list such a row with why, and predict the rest."""
+    from bench import accuracy, sim_accuracy
+
+    long = {**GOOD, "id": "toolong-1", "workload": {**GOOD["workload"], "input_len": 1_000_000}}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(long) + "\n")
+    assert accuracy.main([str(path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rep["rows"]] == ["good-1"]
+    assert (
+        [s["id"] for s in rep["skipped"]] == ["toolong-1"]
+        and "exceed" in rep["skipped"][0]["reason"]
+        and "context of 8192" in rep["skipped"][0]["reason"]
+    )
+    assert sim_accuracy.main([str(path), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert [s["id"] for s in sim["skipped"]] == ["toolong-1"] and "exceed" in sim["skipped"][0]["reason"]
