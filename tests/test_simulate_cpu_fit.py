@@ -234,3 +234,27 @@ def measure_and_fit(server, model_dir, tok, rounds: int):
         f"median APE over concurrencies: {statistics.median(apes.values()):.0%}, worst {max(apes.values()):.0%} (issue 5's goal: each <= 25%)"
     )
     return measured, profile, sims, lines
+
+
+def test_the_client_ceiling_never_falls_below_a_rate_the_client_measured(qwen):
+    """One starved point at a low rate (a noisy stretch of a shared box) and a later point
+    that sent faster: the ceiling is the fastest rate measured, not the starved point's, so
+    the profile never predicts less than the client was seen to send."""
+    hw = cpu_hardware()
+    config = ServerConfig(model="q", max_model_len=4096)
+    true = StepProfile("true", step_s=1e-3, seq_s=2e-5, token_s=0.0, request_overhead_s=0.01, client_send_s=0.02)
+    points = []
+    for c in (1, 2, 8):
+        s = sim_point(qwen, hw, config, true, c, 1 << 20)
+        points.append(
+            MeasuredPoint(
+                c, ISL, OSL, s["mean_ttft_ms"] / 1e3, s["mean_tpot_ms"] / 1e3, req_per_s=s["request_throughput"], in_flight=s["concurrency"]
+            )
+        )
+    fastest = max(p.req_per_s for p in points)
+    # The c=2 point starved at a third of its rate: alone, it would set a ceiling below c=8's.
+    slow = replace(points[1], req_per_s=points[1].req_per_s / 3, in_flight=1.0)
+    assert slow.req_per_s < fastest / 2
+    fit = fit_step_profile([points[0], slow, points[2]], qwen, hw, config, kv_tokens=1 << 20)
+    assert 0 < fit.client_send_s <= 1.0 / fastest * 1.001
+    assert sim_point(qwen, hw, config, fit, 8, 1 << 20)["request_throughput"] > 0.7 * fastest
