@@ -256,7 +256,7 @@ def test_a_closed_loop_of_spread_lengths_does_not_queue_in_waves():
     assert spread["ttft_ms"] < 0.6 * fixed["ttft_ms"]
 
 
-@pytest.mark.parametrize("name", ["heldout.jsonl", "heldout2.jsonl"])
+@pytest.mark.parametrize("name", ["heldout.jsonl", "heldout2.jsonl", "heldout3.jsonl"])
 def test_the_held_out_file_is_predicted_or_skipped_with_a_reason(name, capsys):
     """bench/data/heldout*.jsonl (rows no parameter was fitted on, the check each model change
     is judged by): every row is either predicted or listed with why not, by both benches, and
