@@ -127,6 +127,23 @@ def test_bottlenecks_per_phase():
     assert high.decode_bottleneck == "memory bandwidth (KV cache)"
 
 
+def test_saturation_is_found_below_a_cap_past_which_throughput_falls():
+    """Past a KV-limited cap vLLM preempts and recomputes, so throughput falls again (an 8B
+    model in fp16 on one 24 GB card under ShareGPT-like lengths). Saturation, the knee every
+    suggestion brackets, is where 90% of the peak is first reached, at or below the cap, not
+    the top of the searched range where the curve has fallen back below that share."""
+    from core.spec.lengths import sharegpt
+
+    inp, out = sharegpt(206, 202)
+    p = Predictor(load_model("meta-llama/Meta-Llama-3-8B-Instruct"), get_gpu("RTX-4090"), Workload(input=inp, output=out))
+    cfg = p.config(1)
+    lim = compute_limits(p, cfg)
+    assert p.predict(cfg, concurrency=4 * lim.running_cap).req_per_s < 0.9 * lim.max_req_per_s  # the curve falls
+    assert 1 <= lim.saturation <= lim.running_cap
+    assert p.predict(cfg, concurrency=lim.saturation).req_per_s >= 0.9 * lim.max_req_per_s
+    assert p.predict(cfg, concurrency=max(1, lim.saturation - 1)).req_per_s < 0.9 * lim.max_req_per_s
+
+
 def test_moe_decodes_faster_than_a_dense_model_of_its_size():
     h100 = get_gpu("H100-SXM")
     wl = Workload.fixed(512, 256)
