@@ -21,10 +21,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.prediction import Prediction, make_prediction
 from core.estimate.stats import QUANTILES, Z, poisson_quantile, quantile_len, stats_of, weighted_quantiles
 from core.estimate.steady import Shape, State, dec_gap, multi_step, steady_gaps
+from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
 
 if TYPE_CHECKING:
@@ -211,26 +214,67 @@ def overloaded(
     budget: int,
     seqs: int,
     cap: float,
+    from_empty: bool = True,
 ) -> tuple[float, float]:
     """(completed req/s, mean queueing wait) of one replica over a finite overloaded run.
 
-    The replica completes ``cap_x`` req/s while ``lam`` arrive, so the j-th request
-    (j = 0..n−1, sent at j/λ) starts at j/X and waits W_j = j·(1/X − 1/λ), then spends
-    S (its time in the engine) before its last token. A client timeout T fails every
-    request with W_j + S > T: the first n_ok = (T − S)/(1/X − 1/λ) + 1 succeed, and the
-    later ones start too late (a request pulled from a queue that old holds its slot
-    only until the client gives up, so none of them completes either). When requests
-    fail, the reported throughput is the successes over the run's span, from the first
-    send to the last request's timeout; when all complete it is the replica's capacity
-    (the drain at the end of the run is left out, as for a steady state)."""
-    d = max(1.0 / cap_x - 1.0 / lam, 0.0)
+    The replica runs at most ``cap`` requests at once and, once full, frees ``cap_x`` slots a
+    second while ``lam`` requests arrive. The run's first ``cap`` requests (j = 0..cap−1,
+    sent at j/λ) start as they arrive: the batch is empty when the run begins. The j-th
+    after them takes the (j − cap + 1)-th slot that frees, at F + (j − cap + 1)/X, where F is
+    when the first one frees: the shortest answer's time in the engine (the whole resident
+    time S when every answer is as long; nearly 0 under ShareGPT-like lengths, where short
+    answers finish at once). It waits W_j = max(0, F + (j − cap + 1)/X − j/λ).
+
+    A queue forms only if the run outlasts the batch: 200 ShareGPT prompts at 32 req/s
+    into a replica that runs 160 at once and frees 9 slots a second never wait (the run's last
+    prompt arrives after 6.2 s; its slot freed at 4.3 s). Before 2026-11-29 every request
+    waited j·(1/X − 1/λ) as if the batch were full from the start, which put such a run's
+    TTFT at 5-8 s where servers measured 0.1-0.2 s.
+
+    ``from_empty`` False (sizing for a stream, no benchmark run's start): the batch is already
+    full, so every request waits W_j = j·(1/X − 1/λ) and no prompt storm applies.
+
+    A client timeout T fails every request with W_j + S > T (a request pulled from a queue
+    that old holds its slot only until the client gives up, so none of the later ones
+    completes either). When requests fail, the reported throughput is the successes over the
+    run's span, from the first send to the last request's timeout; when all complete it is
+    the replica's capacity (the drain at the end of the run is left out, as for a steady
+    state)."""
+    inv_x = 1.0 / cap_x
+    d = max(inv_x - 1.0 / lam, 0.0)
+    needs_resident = from_empty or (timeout is not None and timeout > 0)
+    resident = finish(shape, cfg, cm, st, cap_x, 0.0, "uniform", "load", True, None, None, budget, seqs, cap).e2e_s.mean if needs_resident else 0.0
+    first_free = resident * min(1.0, shape.output.lower / max(shape.output.mean, 1e-9))
+    c = max(1.0, math.floor(cap)) if from_empty else 0.0
+    # For j >= c: W_j = a + d·j.
+    a = first_free + (1.0 - c) * inv_x if from_empty else 0.0
+
+    # Prompts that arrive faster than the replica prefills them queue for the prefill too,
+    # slots or not: the j-th finds j·(p − 1/λ) seconds of others' prompts ahead of it, p being
+    # one prompt's share of a full batch's prefill storm.
+    p = prefill_storm(shape, cm, c, budget, st.cached) / c if from_empty else 0.0
+    e = max(p - 1.0 / lam, 0.0)
+
+    def waiting_sum(count: float) -> float:
+        """Σ max(W_j, j·e) over the first ``count`` requests."""
+        j = np.arange(int(max(1.0, math.floor(count))), dtype=float)
+        slot = np.where(j >= c, np.maximum(a + d * j, 0.0), 0.0)
+        return float(np.maximum(slot, e * j).sum())
+
     n_ok = n
-    if timeout is not None and timeout > 0 and d > 0:
-        resident = finish(shape, cfg, cm, st, cap_x, 0.0, "uniform", "load", True, None, None, budget, seqs, cap).e2e_s.mean
-        # At least the first request: with T < S nothing finishes in time, and the
-        # figures describe that one request's (timed-out) latency instead.
-        n_ok = min(n, max(1.0, math.floor((timeout - resident) / d) + 1.0))
-    wait = max(0.0, (n_ok - 1.0) / 2.0 * d)
+    if timeout is not None and timeout > 0:
+        budget_s = timeout - resident
+        if budget_s < 0:
+            # At least the first request: with T < S nothing finishes in time, and the
+            # figures describe that one request's (timed-out) latency instead.
+            n_ok = 1.0
+        elif d > 0:
+            n_ok = min(n, max(c, math.floor((budget_s - a) / d) + 1.0))
+        elif a > budget_s:
+            n_ok = min(n, c)
+    n_ok = max(1.0, n_ok)
+    wait = waiting_sum(n_ok) / n_ok
     if n_ok < n and timeout is not None:  # only a client timeout fails requests
         return n_ok / ((n - 1.0) / lam + timeout), wait
     return cap_x, wait

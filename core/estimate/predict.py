@@ -312,14 +312,30 @@ class Predictor:
         st_cap = steady_state(self.shape, cm, cap, budget, cached)
         n_replica = num_prompts / dp if num_prompts else None
         if lam * st_cap.cycle >= cap and not never_queues(n_replica, cap):
-            # Arrivals outrun the replica: over a finite run the queue grows linearly and the
-            # i-th request waits i·(1/X − 1/λ). At a full KV cache the engine evicts too.
+            # Arrivals outrun the replica: once its batch is full the queue grows linearly
+            # (latency.overloaded: who waits and how long). At a full KV cache the engine
+            # evicts too.
             if self.evicts(cap_reason):
                 st_cap = steady_state(self.shape, cm, cap, budget, cached, True)
             cap_x = st_cap.throughput
             n_run = num_prompts or (int(request_rate * duration_s) if duration_s else None)
             n_run = n_run or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
-            x, wait = overloaded(self.shape, cfg, cm, st_cap, cap_x, lam, max(n_run / dp, 1.0), request_timeout_s, budget, seqs, cap)
+            # A benchmark run (its length given) starts from an empty batch; a stream being
+            # sized is past that start.
+            x, wait = overloaded(
+                self.shape,
+                cfg,
+                cm,
+                st_cap,
+                cap_x,
+                lam,
+                max(n_run / dp, 1.0),
+                request_timeout_s,
+                budget,
+                seqs,
+                cap,
+                from_empty=num_prompts is not None,
+            )
             pred = finish(self.shape, cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget, seqs, cap)
         else:
             pred = below_saturation(

@@ -46,6 +46,17 @@ class LengthDist(BaseModel):
             return max(self.values)
         return int(self.mean)
 
+    @property
+    def lower(self) -> int:
+        """The shortest length the distribution gives (at least 1)."""
+        if self.kind == "uniform":
+            return max(1, int(self.mean * (1 - self.range_ratio)))
+        if self.kind == "normal":
+            return max(1, int(self.mean - 3 * self.std))
+        if self.kind == "empirical":
+            return max(1, min(self.values))
+        return max(1, int(self.mean))
+
 
 class Workload(BaseModel):
     """Requests to send: lengths, dataset and how they arrive."""
