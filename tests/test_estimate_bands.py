@@ -201,19 +201,19 @@ def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
         l4.exact
         and l4.scope == "L4 with vllm"
         and l4.sources >= 2
-        and bands.table()["track_record_held_out_files"] == ["heldout.json", "heldout2.json"]
+        and bands.table()["track_record_held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json"]
     )
-    rtx = lookup("RTX-4090", "vllm")
+    rtx = lookup("RTX-6000-Ada", "vllm")
     assert not rtx.exact and rtx.scope == "vllm" and rtx.rows == t["engine"]["vllm"]["rows"]
     assert lookup("No-Such-GPU", "no-such-engine").scope == "all"
-    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "RTX-4090", "--concurrency", "8"]) == 0
+    assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "RTX-6000-Ada", "--concurrency", "8"]) == 0
     out = capsys.readouterr().out
     assert f"Track record: median held-out error on {rtx.rows} published vllm runs" in out
-    assert "too few published RTX-4090 runs with vllm to judge them alone" in out
+    assert "too few published RTX-6000-Ada runs with vllm to judge them alone" in out
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "8"]) == 0
     assert f"Track record: median held-out error on {l4.rows} published L4 with vllm runs" in capsys.readouterr().out
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-SXM", "--concurrency", "8", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)["track_record"]
     assert d["scope"] == "H100-SXM with vllm" and d["exact"] and d["predictions"] == "leave-one-source-out"
-    assert d["held_out_files"] == ["heldout.json", "heldout2.json"]
+    assert d["held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json"]
     assert d["median_ape"] == h100.median_ape and set(d["median_ape"]) <= set(KEYS)
