@@ -28,15 +28,16 @@ Where the model lives:
 
 - :mod:`core.estimate.steady`: one replica's steady state with N sequences running (prefill
   chunks, mixed and pure decode steps, the cycle time).
+- :mod:`core.estimate.closed_loop` and :mod:`core.estimate.open_loop`: the load point's
+  running batch and wait, by kind of client.
 - :mod:`core.estimate.latency`: means and approximate percentiles of a steady state, and
   the queue of an overloaded finite run.
 - :mod:`core.estimate.waves`: lock-step waves (closed loop, fixed lengths), bursts, storms.
 - :mod:`core.estimate.stats` and :mod:`core.estimate.prediction`: the result types.
 - Here: the memory plan, knobs and running cap per config, and how a load point picks N:
 
-  - Closed loop at concurrency C: a fixed point of Little's law, C = X·(API overhead + wait +
-    residence); past the cap the excess queues and waits (C − N)/X. With fixed lengths the
-    requests stay in lock-step waves instead.
+  - Closed loop at concurrency C: a fixed point of Little's law (closed_loop); with fixed
+    lengths the requests stay in lock-step waves instead.
   - Open loop at rate λ: the N with N = λ·residence(N); near the cap an M/M/c waiting time
     (Sakasegawa's approximation); past it the replica is saturated (a finite run's queue).
   - Prefix caching (the ``shared-prefix`` dataset's ``shared_prefix_len``, which it prepends
@@ -53,12 +54,13 @@ from core.errors import BadInput
 from core.estimate.costmodel import CostModel
 from core.estimate.params import engine_profile
 from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
+from core.estimate.closed_loop import closed_loop
 from core.estimate.latency import finish, overloaded
 from core.estimate.memory import MemoryPlan, plan_memory
 from core.estimate.open_loop import below_saturation, never_queues
 from core.estimate.prediction import Prediction
 from core.estimate.stats import QUANTILES, Stats, cv2_len, mean_len
-from core.estimate.steady import Shape, multi_step, steady_state
+from core.estimate.steady import Shape, steady_state
 from core.estimate.waves import BurstWait, burst, prefill_storm, synchronized, wave
 from core.spec.engine_defaults import batch_defaults_for
 from core.spec.hardware import GPU
@@ -208,7 +210,6 @@ class Predictor:
             caps.append((float(max(1, budget - 1)), "token_budget"))
         return min(caps)
 
-    # ---- the steady state of one replica -------------------------------------------
     # ---- predictions -----------------------------------------------------------------
     def predict(
         self,
@@ -246,66 +247,15 @@ class Predictor:
         cap, cap_reason = self.running_cap(cfg)
         cached = self.cached_tokens(cfg)
         dp = cfg.dp
-        ovh = cm.request_overhead_s
         tail = cm.output_token_overhead_s * self.output_len
-
-        ms = multi_step(cfg)
         if request_rate is None:
             assert concurrency is not None  # checked above: a prediction has one of the two
             if self.synchronized and concurrency / dp > 1.0:
                 # The same rule as the steady state's first wave below: a run's first C requests
                 # weigh in only when the run's length is given (a benchmark), not in sizing.
                 return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts, self.evicts(cap_reason))
-            c = concurrency / dp
-            n = min(c, cap)
-            evicting = self.evicts(cap_reason) and c > cap
-            st = steady_state(self.shape, cm, n, budget, cached, evicting)
-            for _ in range(8):
-                # Little's law: of the C requests a client holds, the engine runs those not in
-                # API overhead or waiting for the next step.
-                e = ovh + st.align(n - 1, ms, cm.steps_ahead) + st.cycle + tail
-                n_new = min(cap, max(min(c, 1.0), c * st.cycle / e))
-                if abs(n_new - n) < 1e-3 * max(n, 1.0):
-                    break
-                n = 0.5 * (n + n_new)
-                st = steady_state(self.shape, cm, n, budget, cached, evicting)
-            x = st.throughput
-            e = ovh + st.align(n - 1, ms, cm.steps_ahead) + st.cycle + tail
-            wait = max(0.0, c / x - e) if x > 0 else math.inf
-            limited = "load" if n < cap - 1e-6 else cap_reason
-            resumed = 0.0
-            if limited == "kv_cache" and not self.profile.get("chunked_prefill", 1) and wait > 0:
-                # Prefill-first schedulers (vLLM < 0.8) admit a prompt whenever its blocks are
-                # free and preempt running sequences when the cache fills: past the KV limit
-                # the excess waits as preempted sequences (decode slows), not before the first
-                # token. Only what exceeds the prompt-only capacity waits for admission.
-                mem = self.memory(cfg)
-                admit = min(float(seqs), mem.kv_tokens / (self.input_len - cached + 16.0))
-                ttft_wait = max(0.0, c - max(admit, n)) / x
-                resumed, wait = wait - ttft_wait, ttft_wait
-            # A finite benchmark run (num_prompts given) starts with its first C requests at
-            # once: their prompts prefill back to back (production traffic has no such start).
-            first_wave = (0.0, 0.0)
-            if num_prompts:
-                w = min(c, cap)
-                first_wave = (min(1.0, w / max(num_prompts / dp, 1.0)), prefill_storm(self.shape, cm, w, budget, cached))
-            return finish(
-                self.shape,
-                cfg,
-                cm,
-                st,
-                x,
-                wait,
-                "fixed",
-                limited,
-                False,
-                concurrency,
-                None,
-                budget,
-                seqs,
-                cap,
-                resumed=resumed,
-                first_wave=first_wave,
+            return closed_loop(
+                self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, self.evicts(cap_reason), mem.kv_tokens, num_prompts
             )
 
         lam = request_rate / dp
