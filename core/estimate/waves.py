@@ -98,9 +98,10 @@ def wave(
     ``evicting``: requests wait at a full KV cache that the engine frees by eviction, and
     each decode step recomputes evicted context (:func:`core.estimate.steady.recompute_tokens`).
     The first ``w`` requests start together: all prompts prefill in budget-sized steps,
-    then all decode, each finishing ``dec`` steps after its first token. The client's next
-    requests therefore arrive staggered, one prefill chunk apart, and each waits only for
-    its own chunk (half a step to the next step, then its prompt's share of the budget);
+    then all decode, each finishing ``dec`` steps after its first token. With chunked
+    prefill the client's next requests therefore arrive staggered, one prefill chunk apart,
+    and each waits only for its own chunk (half a step to the next step, then its prompt's
+    share of the budget);
     the cycle and the throughput are the same, so the prefill time they no longer wait
     for moves into their TPOT. On NIM's Llama-3.3-70B FP8 runs (5000/500 tokens, H100
     TP2) the lock-step model put TTFT at 8-13x the measured 0.69-0.83 s at concurrency
@@ -117,7 +118,11 @@ def wave(
     per_step = prefill_tokens_per_step(shape, Ic, budget)
     steps_pf = max(1, math.ceil(tokens / per_step - 1e-9))
     p = tokens / steps_pf
-    t_pf = prefill_step_seconds(cm, p, I, cached, Ic)
+    # The scheduler fills each step's budget in turn: full steps, then what is left.
+    t_full = prefill_step_seconds(cm, min(per_step, tokens), I, cached, Ic)
+    t_last = prefill_step_seconds(cm, tokens - (steps_pf - 1) * per_step, I, cached, Ic)
+    prefill_all = (steps_pf - 1) * t_full + t_last
+    t_pf = prefill_all / steps_pf  # the mean step
     ctx = I + dec / 2.0
     r = recompute_tokens(w, budget, w * (Ic + dec) / budget / (steps_pf + dec)) if evicting and c > cap else 0.0
     t_dec = cm.step_seconds(0.0, 0.0, 0.0, w, w * ctx, 0.0) if dec > 0 else 0.0
@@ -128,11 +133,11 @@ def wave(
         with_chunk = r * dec / chunk  # decode steps that carry one
         t_chunk = cm.step_seconds(chunk, chunk * ctx / 2.0, chunk, w, w * ctx, 1.0)
         t_dec += (t_chunk - t_dec) * with_chunk / dec
-    prefill_all = steps_pf * t_pf
 
     # Prompt j's first token leaves with the step that finishes it: ceil(j·I/budget) steps.
     def ttft_in(q: float) -> float:
-        return max(1, math.ceil(q * tokens / per_step - 1e-9)) * t_pf
+        k = min(steps_pf, max(1, math.ceil(q * tokens / per_step - 1e-9)))
+        return (k - 1) * t_full + (t_last if k == steps_pf else t_full)
 
     wave = ovh + prefill_all + dec * t_dec + tail
     x = w / wave
@@ -147,8 +152,14 @@ def wave(
     alone = prefill_step_seconds(cm, min(Ic, per_step), I, cached, Ic) * math.ceil(Ic / per_step - 1e-9)
     own = min(prefill_all, max(alone, t_pf * (0.5 + Ic / per_step))) if steps_pf > 1 else grid[-1]
     # Only a run of given length (a benchmark) starts with its first wave; production traffic
-    # arrives already staggered (f1 = 0), as the steady state's rule has it.
-    f1 = min(1.0, w / max(num_prompts / dp, 1.0)) if num_prompts else 0.0
+    # arrives already staggered (f1 = 0), as the steady state's rule has it. A prefill-first
+    # scheduler (no chunked prefill) never staggers: it holds every decode while prompts
+    # wait, so a wave's requests start decoding together, finish together, and send the next
+    # wave together; every wave is a first wave.
+    if not shape.chunked:
+        f1 = 1.0
+    else:
+        f1 = min(1.0, w / max(num_prompts / dp, 1.0)) if num_prompts else 0.0
     mean_in = f1 * grid_mean + (1.0 - f1) * own
     first = [(t, f1 / 64) for t in grid] + [(own, 1.0 - f1)]
     ttft_q = {k: ovh + wait + v for k, v in weighted_quantiles(sorted(first), 1.0).items()}
