@@ -616,3 +616,26 @@ def test_a_wave_larger_than_one_step_fills_the_budget_step_by_step():
     assert cfg.max_num_batched_tokens == 32768  # 16 prompts a step
     ttft = [p.predict(cfg, concurrency=c, num_prompts=400).ttft_ms.mean for c in range(4, 81, 4)]
     assert all(b > a for a, b in zip(ttft, ttft[1:]))
+
+
+def test_vllm_v0_told_to_chunk_its_prefill_staggers_like_the_simulator():
+    """``--enable-chunked-prefill`` on vLLM before 0.8 replaces the prefill-first scheduler
+    (the simulator switches to its chunked scheduler on the same flag): decodes run beside
+    the prompt chunks, the waves stagger, and TTFT no longer holds a whole wave's prefill.
+    The estimator read only the engine's default and kept the lock-step waves, 5x the
+    simulator's TTFT at concurrency 32-64."""
+    from core.simulate import simulate
+    from core.spec.serving import LoadPoint
+
+    arch, hw = load_model("meta-llama/Llama-3.1-8B"), resolve_hardware(gpu="A100-80GB", num_gpus=1)
+    wl = Workload.fixed(2000, 200, num_prompts=400)
+    p = Predictor(arch, hw.gpu, wl, engine="vllm", engine_version="0.6.3")
+    plain, chunked = p.config(1), p.config(1, extra_args={"enable_chunked_prefill": True})
+    assert not p.chunked(plain) and p.chunked(chunked)
+    assert chunked.max_num_batched_tokens < plain.max_num_batched_tokens  # a budget, not a whole prompt
+    for c in (32, 64):
+        est = p.predict(chunked, concurrency=c, num_prompts=400)
+        sim = simulate(arch, hw, chunked, wl, LoadPoint(concurrency=c, num_prompts=400), engine_version="0.6.3").summary
+        assert est.ttft_ms.mean == pytest.approx(sim["mean_ttft_ms"], rel=0.25)
+        assert est.tpot_ms.mean == pytest.approx(sim["mean_tpot_ms"], rel=0.15)
+        assert p.predict(plain, concurrency=c, num_prompts=400).ttft_ms.mean > 3 * est.ttft_ms.mean

@@ -48,6 +48,7 @@ Where the model lives:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from core.errors import BadInput
@@ -131,7 +132,7 @@ class Predictor:
 
     def config(self, tp: int = 1, dp: int = 1, **knobs) -> ServerConfig:
         """A ServerConfig with this engine's defaults for the knobs left unset."""
-        knobs.setdefault("max_num_batched_tokens", self.default_budget())
+        knobs.setdefault("max_num_batched_tokens", self.default_budget(chunked=self._asks_chunked(knobs.get("extra_args") or {})))
         knobs.setdefault("max_num_seqs", int(self.profile.get("default_max_num_seqs", 256)))
         knobs.setdefault("gpu_memory_utilization", self.gpu_memory_utilization)
         knobs.setdefault("max_model_len", self.max_model_len)
@@ -141,16 +142,31 @@ class Predictor:
         knobs.setdefault("enable_prefix_caching", bool(self.profile.get("prefix_caching", 1)))
         return ServerConfig(model=self.arch.name, tp=tp, dp=dp, **knobs)
 
-    def default_budget(self) -> int:
+    def default_budget(self, chunked: bool = False) -> int:
+        """The engine's token budget per step when none is set; ``chunked``: chunked prefill
+        turned on by the config where the engine's default has it off."""
         budget = int(self.profile.get("default_max_num_batched_tokens", 8192))
-        if not self.profile.get("chunked_prefill", 1):
+        if not (self.profile.get("chunked_prefill", 1) or chunked):
             # Without chunked prefill a whole prompt must fit one step: vLLM < 0.6 sets the
             # budget to max(max_model_len, 2048).
             budget = max(budget, self.max_model_len)
         return budget
 
+    def _asks_chunked(self, extra_args: dict) -> bool:
+        """vLLM's V0 engine given ``--enable-chunked-prefill``: its default is prefill-first."""
+        flag = extra_args.get("enable_chunked_prefill", extra_args.get("enable-chunked-prefill"))
+        return self.engine == "vllm" and str(flag).strip().lower() in ("1", "true", "yes", "on")
+
+    def chunked(self, cfg: ServerConfig) -> bool:
+        """Whether prompt chunks share steps with decodes under ``cfg``: the engine's default,
+        or vLLM V0 told to (the simulator's V0 scheduler takes the same flag)."""
+        return bool(self.profile.get("chunked_prefill", 1)) or self._asks_chunked(cfg.extra_args)
+
+    def shape_for(self, cfg: ServerConfig) -> Shape:
+        return self.shape if self.chunked(cfg) == self.shape.chunked else dataclasses.replace(self.shape, chunked=True)
+
     def _knobs(self, cfg: ServerConfig) -> tuple[int, int, int]:
-        budget = cfg.max_num_batched_tokens or self.default_budget()
+        budget = cfg.max_num_batched_tokens or self.default_budget(self._asks_chunked(cfg.extra_args))
         seqs = cfg.max_num_seqs or int(self.profile.get("default_max_num_seqs", 256))
         mml = cfg.max_model_len or self.max_model_len
         return budget, seqs, mml
@@ -206,7 +222,7 @@ class Predictor:
             c = self.cached_tokens(cfg)
             per_seq = self.input_len - c + self.output_len / 2 + 8
             caps.append((max(1.0, (mem.kv_tokens - c) / per_seq), "kv_cache"))
-        if self.profile.get("chunked_prefill", 1):
+        if self.chunked(cfg):
             caps.append((float(max(1, budget - 1)), "token_budget"))
         return min(caps)
 
@@ -243,6 +259,7 @@ class Predictor:
         if not mem.fits:
             raise BadInput(f"TP{cfg.tp} does not fit: {mem.reason}")
         cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype, cfg.stream_interval)
+        shape = self.shape_for(cfg)
         budget, seqs, _ = self._knobs(cfg)
         cap, cap_reason = self.running_cap(cfg)
         cached = self.cached_tokens(cfg)
@@ -250,30 +267,30 @@ class Predictor:
         tail = cm.output_token_overhead_s * self.output_len
         if request_rate is None:
             assert concurrency is not None  # checked above: a prediction has one of the two
-            if self.synchronized and concurrency / dp > 1.0:
+            if synchronized(shape) and concurrency / dp > 1.0:
                 # The same rule as the steady state's first wave below: a run's first C requests
                 # weigh in only when the run's length is given (a benchmark), not in sizing.
-                return wave(self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts, self.evicts(cap_reason))
+                return wave(shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts, self.evicts(cap_reason))
             return closed_loop(
-                self.shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, self.evicts(cap_reason), mem.kv_tokens, num_prompts
+                shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, self.evicts(cap_reason), mem.kv_tokens, num_prompts
             )
 
         lam = request_rate / dp
-        st_cap = steady_state(self.shape, cm, cap, budget, cached)
+        st_cap = steady_state(shape, cm, cap, budget, cached)
         n_replica = num_prompts / dp if num_prompts else None
         if lam * st_cap.cycle >= cap and not never_queues(n_replica, cap):
             # Arrivals outrun the replica: once its batch is full the queue grows linearly
             # (latency.overloaded: who waits and how long). At a full KV cache the engine
             # evicts too.
             if self.evicts(cap_reason):
-                st_cap = steady_state(self.shape, cm, cap, budget, cached, True)
+                st_cap = steady_state(shape, cm, cap, budget, cached, True)
             cap_x = st_cap.throughput
             n_run = num_prompts or (int(request_rate * duration_s) if duration_s else None)
             n_run = n_run or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
             # A benchmark run (its length given) starts from an empty batch; a stream being
             # sized is past that start.
             x, wait = overloaded(
-                self.shape,
+                shape,
                 cfg,
                 cm,
                 st_cap,
@@ -286,10 +303,10 @@ class Predictor:
                 cap,
                 from_empty=num_prompts is not None,
             )
-            pred = finish(self.shape, cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget, seqs, cap)
+            pred = finish(shape, cfg, cm, st_cap, x, wait, "uniform", cap_reason, True, concurrency, request_rate, budget, seqs, cap)
         else:
             pred = below_saturation(
-                self.shape,
+                shape,
                 cfg,
                 cm,
                 lam,
@@ -328,22 +345,23 @@ class Predictor:
         per_rep = n / cfg.dp
         run = min(per_rep, cap)
         cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype, cfg.stream_interval)
+        shape = self.shape_for(cfg)
         budget, seqs, _ = self._knobs(cfg)
-        st = steady_state(self.shape, cm, run, budget, self.cached_tokens(cfg), self.evicts(reason) and per_rep > cap)
+        st = steady_state(shape, cm, run, budget, self.cached_tokens(cfg), self.evicts(reason) and per_rep > cap)
         x = st.throughput
         gaps = tpots = None
-        storm = prefill_storm(self.shape, cm, run, budget, self.cached_tokens(cfg))
+        storm = prefill_storm(shape, cm, run, budget, self.cached_tokens(cfg))
         if self.workload.output.kind != "fixed" and per_rep > 1:
-            x, gaps, tpots = burst(self.shape, cm, st, per_rep, run, budget, storm)
+            x, gaps, tpots = burst(shape, cm, st, per_rep, run, budget, storm)
         queued = max(0.0, per_rep - run)
         # The first queued request starts when a first-wave one finishes: renewal theory puts
         # the i-th completion of N slots started together at (i + N(1 − CV²)/2)/X (CV: the
         # spread of the output lengths; fixed lengths finish as a wave, ShareGPT's at once
         # staggered), less half the storm, over which the first wave's decodes started.
-        first = max(0.0, run / (2.0 * x) * (1.0 - min(cv2_len(self.shape.output), 1.0)) - storm / 2.0) if queued else 0.0
+        first = max(0.0, run / (2.0 * x) * (1.0 - min(cv2_len(shape.output), 1.0)) - storm / 2.0) if queued else 0.0
         queue = BurstWait(storm, queued / per_rep, queued / x, first)
         return finish(
-            self.shape,
+            shape,
             cfg,
             cm,
             st,

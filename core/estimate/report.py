@@ -338,9 +338,9 @@ def _suggest(
     # Keep the pairs within reach of the best (a sweep need not measure hopeless ones).
     pairs = [(c.config.tp, c.config.dp) for c in feasible if c.at_knee.req_per_s >= 0.5 * best.at_knee.req_per_s][:4]
     knee = best.at_knee.concurrency or best.limits.saturation
-    chunked = bool(p.profile.get("chunked_prefill", 1))
+    chunked = p.chunked(best.config)
     budgets = (
-        [knobs["max_num_batched_tokens"]] if "max_num_batched_tokens" in knobs else batched_tokens_values(p.default_budget(), p.input_len, chunked)
+        [knobs["max_num_batched_tokens"]] if "max_num_batched_tokens" in knobs else batched_tokens_values(p.default_budget(chunked), p.input_len, chunked)
     )
     cap, _ = p.running_cap(best.config)
     seqs = [knobs["max_num_seqs"]] if "max_num_seqs" in knobs else seqs_values(best.at_knee.running, max(cap, 8))
