@@ -340,7 +340,9 @@ def _suggest(
     knee = best.at_knee.concurrency or best.limits.saturation
     chunked = p.chunked(best.config)
     budgets = (
-        [knobs["max_num_batched_tokens"]] if "max_num_batched_tokens" in knobs else batched_tokens_values(p.default_budget(chunked), p.input_len, chunked)
+        [knobs["max_num_batched_tokens"]]
+        if "max_num_batched_tokens" in knobs
+        else batched_tokens_values(p.default_budget(chunked), p.input_len, chunked)
     )
     cap, _ = p.running_cap(best.config)
     seqs = [knobs["max_num_seqs"]] if "max_num_seqs" in knobs else seqs_values(best.at_knee.running, max(cap, 8))
