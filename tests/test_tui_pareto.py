@@ -160,11 +160,17 @@ def test_a_prediction_never_covers_the_measurement_it_predicts():
         assert chart.char(d.x, d.y) != "○"
 
 
-def test_the_selected_points_prediction_shows_its_error_band_as_a_dotted_cross():
+def test_the_selected_points_prediction_shows_its_error_band_as_a_dotted_cross(monkeypatch):
     """Issue 11 item 5: a predicted ring carries its band (vLLM's held-out residuals) on
     both axes; the selected point's is drawn through its ring, under every marker, and an
     unselected prediction draws none."""
+    from core.estimate import bands
     from core.estimate.bands import summary_band
+
+    # An engine with a TTFT band of its own (the shipped file has none since 2026-11-29).
+    shipped = bands.table()
+    own = {"low_ratio": 0.45, "high_ratio": 3.96, "rows": 223, "sources": 15, "held_out_coverage": 0.928}
+    monkeypatch.setattr(bands, "table", lambda: {**shipped, "by_engine": {"vllm": {"ttft_ms": own}}})
 
     off = {p.point_id: p.model_copy(update={"summary": {k: v * 0.8 for k, v in p.summary.items()}}) for p in POINTS}
     view = view_of(predicted=off)
