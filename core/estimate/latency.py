@@ -286,10 +286,7 @@ def waiting_sum(count: int, c: float, a: float, d: float, e: float) -> float:
     Closed form: a run of 60,000 prompts would otherwise sum as many terms per prediction.
     From j = c on the term is e·j + max(0, a + (d − e)·j), since e·j ≥ 0."""
     head = min(count, int(c))
-    total = e * _sum_linear(0.0, 1.0, 0, head - 1)
-    if count > head:
-        total += e * _sum_linear(0.0, 1.0, head, count - 1) + _sum_positive_linear(a, d - e, head, count - 1)
-    return total
+    return e * count * (count - 1) / 2.0 + _sum_positive_linear(a, d - e, head, count - 1)
 
 
 def _sum_linear(a: float, k: float, lo: int, hi: int) -> float:

@@ -268,8 +268,9 @@ class Predictor:
         if request_rate is None:
             assert concurrency is not None  # checked above: a prediction has one of the two
             if synchronized(shape) and concurrency / dp > 1.0:
-                # The same rule as the steady state's first wave below: a run's first C requests
-                # weigh in only when the run's length is given (a benchmark), not in sizing.
+                # Fixed lengths: the requests move in waves (core.estimate.waves). A run's first
+                # wave weighs in only when its length is given (a benchmark, not sizing); under a
+                # prefill-first scheduler every wave is a first wave.
                 return wave(shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, num_prompts, self.evicts(cap_reason))
             return closed_loop(
                 shape, cfg, cm, concurrency, cap, cap_reason, budget, seqs, cached, self.evicts(cap_reason), mem.kv_tokens, num_prompts
