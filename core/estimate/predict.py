@@ -57,6 +57,7 @@ from core.estimate.params import engine_profile
 from core.estimate.engine_memory import engine_kv_dtype, engine_memory_utilization
 from core.estimate.closed_loop import closed_loop
 from core.estimate.latency import finish, overloaded
+from core.estimate.lockstep import lockstep_burst, one_wave
 from core.estimate.memory import MemoryPlan, plan_memory
 from core.estimate.open_loop import below_saturation, never_queues
 from core.estimate.prediction import Prediction
@@ -348,11 +349,21 @@ class Predictor:
         cm = self.cost_model(cfg.tp, cfg.kv_cache_dtype, cfg.stream_interval)
         shape = self.shape_for(cfg)
         budget, seqs, _ = self._knobs(cfg)
-        st = steady_state(shape, cm, run, budget, self.cached_tokens(cfg), self.evicts(reason) and per_rep > cap)
+        cached = self.cached_tokens(cfg)
+        # Fixed lengths that the cache admits at once: one wave, its prompts' prefill and then
+        # its decode, part of it evicted if it outgrows the cache (core.estimate.lockstep),
+        # not the staggered steady state.
+        lock = synchronized(shape) and not cached and bool(self.profile.get("evicts_when_full", 0)) and one_wave(shape, per_rep, mem.kv_tokens, seqs)
+        if lock:
+            run = per_rep
+        st = steady_state(shape, cm, run, budget, cached, self.evicts(reason) and per_rep > cap and not lock)
         x = st.throughput
         gaps = tpots = None
-        storm = prefill_storm(shape, cm, run, budget, self.cached_tokens(cfg))
-        if self.workload.output.kind != "fixed" and per_rep > 1:
+        storm = prefill_storm(shape, cm, run, budget, cached)
+        if lock:
+            x, gaps, tpots, evicted = lockstep_burst(shape, cm, per_rep, mem.kv_tokens, budget, cached)
+            reason = "kv_cache" if evicted > 0 else "load"
+        elif self.workload.output.kind != "fixed" and per_rep > 1:
             x, gaps, tpots = burst(shape, cm, st, per_rep, run, budget, storm)
         queued = max(0.0, per_rep - run)
         # The first queued request starts when a first-wave one finishes: renewal theory puts
@@ -369,7 +380,7 @@ class Predictor:
             x,
             queue.mean,
             "uniform",
-            "load" if run < cap else reason,
+            reason if lock or run >= cap else "load",
             False,
             n,
             None,
