@@ -76,3 +76,39 @@ def test_one_wave_needs_the_prompts_to_fit_and_the_evicted_to_fit_after():
     long_answers = Shape(wl.input, Workload.fixed(1000, 4000).output, 0.0, 1000.0, 4000.0, True)
     # 50 of 1,000 + 4,000 tokens end at 250k: the 30 evicted would not fit after the rest.
     assert not one_wave(long_answers, 50, kv, 256)
+
+
+def test_a_closed_loop_with_no_more_prompts_than_its_concurrency_is_a_burst():
+    """A sweep's burst point (concurrency N, N prompts) sends every prompt at once: it is
+    priced as the burst it is, not as a closed loop whose waves repeat (which put TTFT at 2.6x
+    and throughput at 1.16x the one-wave burst, itself within 1% of the simulator above)."""
+    arch, gpu = load_model("Qwen/Qwen2-7B-Instruct"), get_gpu("A100-80GB")
+    wl = Workload.fixed(1024, 1024).model_copy(update={"num_prompts": 75})
+    p = Predictor(arch, gpu, wl, gpu_memory_utilization=0.25)
+    cfg = p.config(1)
+    burst = p.max_throughput(cfg, num_prompts=75)
+    for concurrency in (75, 128):
+        closed = p.predict(cfg, concurrency=concurrency, num_prompts=75)
+        assert closed.output_tok_per_s == pytest.approx(burst.output_tok_per_s)
+        assert closed.ttft_ms.mean == pytest.approx(burst.ttft_ms.mean)
+    # More prompts than the concurrency: a closed loop again.
+    assert p.predict(cfg, concurrency=75, num_prompts=300).output_tok_per_s != pytest.approx(burst.output_tok_per_s)
+
+
+def test_a_burst_of_sharegpt_prompts_drains_like_the_simulator():
+    """The same for lengths that vary: 200 ShareGPT-like prompts sent at once to an 8B model on
+    an A100. As a closed loop (each request replaced as it ends) knee priced the point at
+    5,081 tok/s; nothing replaces them, the batch thins as the short answers end and the long
+    ones decode almost alone (core.estimate.waves.burst): the simulator 1,506 tok/s."""
+    from core.spec.lengths import sharegpt
+
+    arch, gpu = load_model("meta-llama/Llama-3.1-8B-Instruct"), get_gpu("A100-80GB")
+    i, o = sharegpt()
+    wl = Workload(input=i, output=o, dataset="sharegpt", num_prompts=200)
+    p = Predictor(arch, gpu, wl)
+    cfg = p.config(1)
+    est = p.predict(cfg, concurrency=200, num_prompts=200)
+    sim = _simulated(arch, gpu, cfg, wl, 200).summary
+    assert est.output_tok_per_s == pytest.approx(sim["output_throughput"], rel=0.10)
+    assert est.ttft_ms.mean == pytest.approx(sim["mean_ttft_ms"], rel=0.10)
+    assert est.tpot_ms.mean == pytest.approx(sim["mean_tpot_ms"], rel=0.15)

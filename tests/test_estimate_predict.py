@@ -205,35 +205,38 @@ def test_fixed_lengths_start_in_a_wave_and_later_requests_wait_for_their_own_chu
     """A closed loop with fixed lengths: the first C requests start together and the first
     wave's TTFT holds the whole wave's prefill; they finish one prefill step apart, as they
     started, so the later requests arrive staggered and each waits for its own chunk only.
-    The cycle (E2E) and the throughput are the same either way: the prefill time a later
-    request no longer waits for before its first token moves into its TPOT."""
+    The cycle (E2E) and the throughput are about the same either way: the prefill time a
+    later request no longer waits for before its first token moves into its TPOT. (A run of
+    just C prompts sends them all at once: it is priced as a burst, core/estimate/lockstep.py,
+    which agrees with the wave model's first cycle where the wave fits the KV cache.)"""
     arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
-    fixed = Predictor(arch, gpu, Workload.fixed(1024, 512))
+    fixed = Predictor(arch, gpu, Workload.fixed(1024, 256))
     spread = Predictor(
         arch,
         gpu,
-        Workload(input=LengthDist(kind="uniform", mean=1024, range_ratio=0.25), output=LengthDist(kind="uniform", mean=512, range_ratio=0.25)),
+        Workload(input=LengthDist(kind="uniform", mean=1024, range_ratio=0.25), output=LengthDist(kind="uniform", mean=256, range_ratio=0.25)),
     )
     assert fixed.synchronized and not spread.synchronized
     cfg = fixed.config(1)
     # 64 prompts of 1024 tokens take thirty-two 2048-token steps (vllm serve's budget on an
-    # L4, core/spec/engine_defaults.py).
+    # L4, core/spec/engine_defaults.py); 64 x 1280 tokens fit its KV cache.
     assert cfg.max_num_batched_tokens == 2048
+    assert 64 * 1280 <= fixed.memory(cfg).kv_tokens
     one16, one64 = (fixed.predict(cfg, concurrency=c, num_prompts=c) for c in (16, 64))  # a single wave
     many64 = fixed.predict(cfg, concurrency=64, num_prompts=640)  # ten cycles
     s64 = spread.predict(spread.config(1), concurrency=64)
-    assert one64.prefill_chunks == 32 and one64.ttft_ms.mean > 3 * one16.ttft_ms.mean
+    assert many64.prefill_chunks == 32 and one64.ttft_ms.mean > 3 * one16.ttft_ms.mean
     # Nine requests in ten wait for their own chunk: the mean falls far below the wave's,
     # while the first wave still sets the tail.
     assert many64.ttft_ms.mean < 0.35 * one64.ttft_ms.mean
     assert many64.ttft_ms.p99 > 3 * many64.ttft_ms.p50
     assert many64.ttft_ms.p50 <= many64.ttft_ms.p90 <= many64.ttft_ms.p99
-    assert many64.e2e_s.mean == pytest.approx(one64.e2e_s.mean, rel=1e-9)
-    assert many64.req_per_s == pytest.approx(one64.req_per_s, rel=1e-9)
+    assert many64.e2e_s.mean == pytest.approx(one64.e2e_s.mean, rel=0.05)
+    assert many64.req_per_s == pytest.approx(one64.req_per_s, rel=0.01)
     assert many64.tpot_ms.mean > one64.tpot_ms.mean
     # E2E = TTFT + (O - 1) x TPOT, per request and so on the means.
     for p in (one64, many64):
-        assert p.e2e_s.mean == pytest.approx(p.ttft_ms.mean / 1e3 + 511 * p.tpot_ms.mean / 1e3, rel=1e-6)
+        assert p.e2e_s.mean == pytest.approx(p.ttft_ms.mean / 1e3 + 255 * p.tpot_ms.mean / 1e3, rel=1e-3)
     # Throughput and decode speed are about the same as with some spread in the lengths.
     assert many64.req_per_s == pytest.approx(s64.req_per_s, rel=0.2)
     # Little's law holds: the client's C requests each take E2E.

@@ -268,6 +268,9 @@ class Predictor:
         tail = cm.output_token_overhead_s * self.output_len
         if request_rate is None:
             assert concurrency is not None  # checked above: a prediction has one of the two
+            if num_prompts is not None and num_prompts <= concurrency and request_timeout_s is None:
+                # No request waits for another to finish: every prompt is sent at once.
+                return self.max_throughput(cfg, num_prompts=num_prompts)
             if synchronized(shape) and concurrency / dp > 1.0:
                 # Fixed lengths: the requests move in waves (core.estimate.waves). A run's first
                 # wave weighs in only when its length is given (a benchmark, not sizing); under a
