@@ -231,12 +231,13 @@ def test_fixed_lengths_start_in_a_wave_and_later_requests_wait_for_their_own_chu
     assert many64.ttft_ms.mean < 0.35 * one64.ttft_ms.mean
     assert many64.ttft_ms.p99 > 3 * many64.ttft_ms.p50
     assert many64.ttft_ms.p50 <= many64.ttft_ms.p90 <= many64.ttft_ms.p99
+    # One wave alone (a burst) and the first of ten cycles: the same wave, priced by two models.
     assert many64.e2e_s.mean == pytest.approx(one64.e2e_s.mean, rel=0.05)
-    assert many64.req_per_s == pytest.approx(one64.req_per_s, rel=0.01)
+    assert many64.req_per_s == pytest.approx(one64.req_per_s, rel=1e-3)
     assert many64.tpot_ms.mean > one64.tpot_ms.mean
     # E2E = TTFT + (O - 1) x TPOT, per request and so on the means.
     for p in (one64, many64):
-        assert p.e2e_s.mean == pytest.approx(p.ttft_ms.mean / 1e3 + 255 * p.tpot_ms.mean / 1e3, rel=1e-3)
+        assert p.e2e_s.mean == pytest.approx(p.ttft_ms.mean / 1e3 + 255 * p.tpot_ms.mean / 1e3, rel=1e-6)
     # Throughput and decode speed are about the same as with some spread in the lengths.
     assert many64.req_per_s == pytest.approx(s64.req_per_s, rel=0.2)
     # Little's law holds: the client's C requests each take E2E.

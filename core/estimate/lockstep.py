@@ -26,7 +26,7 @@ import math
 
 from core.estimate.costmodel import CostModel
 from core.estimate.steady import Shape
-from core.estimate.waves import BurstTPOT, prefill_storm, storm_steps
+from core.estimate.waves import BurstTPOT, storm_steps
 
 SEGMENTS = 48
 
@@ -41,11 +41,12 @@ def one_wave(shape: Shape, n: float, kv_tokens: float, seqs: int) -> bool:
 
 
 def lockstep_burst(
-    shape: Shape, cm: CostModel, n: float, kv_tokens: float, budget: int, cached: float
+    shape: Shape, cm: CostModel, n: float, kv_tokens: float, budget: int, cached: float, storm: float
 ) -> tuple[float, list[tuple[float, float]], BurstTPOT, float]:
     """(request rate, inter-token gaps as (seconds, tokens), TPOT per request class with the
     mean seconds from first to last token, share of the requests evicted) of a burst of ``n``
-    fixed-length requests for which :func:`one_wave` holds. Without eviction it is the storm
+    fixed-length requests for which :func:`one_wave` holds, whose ``n`` prompts prefill back to
+    back in ``storm`` seconds (:func:`core.estimate.waves.prefill_storm`). Without eviction it is the storm
     and then the wave's decode at its full batch (as :func:`core.estimate.waves.burst` prices
     one wave of varying lengths), not the steady state's overlap of prefill and decode."""
     I, O = shape.input_len, shape.output_len
@@ -59,7 +60,6 @@ def lockstep_burst(
     def decode_step(b: float, ctx: float) -> float:
         return cm.step_seconds(0.0, 0.0, 0.0, b, b * ctx, 0.0)
 
-    storm = prefill_storm(shape, cm, n, budget, cached)
     g1 = max(0.0, K / n - I)  # the step at which the wave fills the cache
     edges = [dec * j / SEGMENTS for j in range(SEGMENTS + 1)]
     gaps: list[tuple[float, float]] = []

@@ -356,7 +356,7 @@ class Predictor:
         # Fixed lengths that the cache admits at once: one wave, its prompts' prefill and then
         # its decode, part of it evicted if it outgrows the cache (core.estimate.lockstep),
         # not the staggered steady state.
-        lock = synchronized(shape) and not cached and bool(self.profile.get("evicts_when_full", 0)) and one_wave(shape, per_rep, mem.kv_tokens, seqs)
+        lock = synchronized(shape) and not cached and self.evicts("kv_cache") and one_wave(shape, per_rep, mem.kv_tokens, seqs)
         if lock:
             run = per_rep
         st = steady_state(shape, cm, run, budget, cached, self.evicts(reason) and per_rep > cap and not lock)
@@ -364,7 +364,7 @@ class Predictor:
         gaps = tpots = None
         storm = prefill_storm(shape, cm, run, budget, cached)
         if lock:
-            x, gaps, tpots, evicted = lockstep_burst(shape, cm, per_rep, mem.kv_tokens, budget, cached)
+            x, gaps, tpots, evicted = lockstep_burst(shape, cm, per_rep, mem.kv_tokens, budget, cached, storm)
             reason = "kv_cache" if evicted > 0 else "load"
         elif self.workload.output.kind != "fixed" and per_rep > 1:
             x, gaps, tpots = burst(shape, cm, st, per_rep, run, budget, storm)
