@@ -160,6 +160,14 @@ def wave(
         f1 = 1.0
     else:
         f1 = min(1.0, w / max(num_prompts / dp, 1.0)) if num_prompts else 0.0
+        if dec > 0 and steps_pf > 1:
+            # The stagger holds only if a request's successor reaches the scheduler within a
+            # decode step of its end (ovh < t_dec), so that its prompt rides the next step and
+            # the next group ends a mixed step later. Where the round trip spans more than a
+            # decode step, the groups end a decode step apart, their prompts arrive faster
+            # than the budget takes them, queue, and the first wave's lock-step repeats (the
+            # simulator's scheduler: Qwen2.5-0.5B on an L4, 256/128 at 16-64 concurrent).
+            f1 = max(f1, min(1.0, max(0.0, ovh / t_dec - 0.5)))
     mean_in = f1 * grid_mean + (1.0 - f1) * own
     first = [(t, f1 / 64) for t in grid] + [(own, 1.0 - f1)]
     ttft_q = {k: ovh + wait + v for k, v in weighted_quantiles(sorted(first), 1.0).items()}
