@@ -52,6 +52,7 @@ def finish(
     first_wave: tuple[float, float] = (0.0, 0.0),
     tpots: BurstTPOT | None = None,
     burst_wait: BurstWait | None = None,
+    prefill_wait: tuple[float, float] = (0.0, 0.0),
 ) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
@@ -59,7 +60,8 @@ def finish(
     theirs, half of it on average, and make the TTFT's upper tail. ``tpots``: a burst's TPOT
     per request class and the mean seconds from first to last token
     (:class:`core.estimate.waves.BurstTPOT`). ``burst_wait``: how a burst's waits spread
-    (``wait`` is its mean)."""
+    (``wait`` is its mean). ``prefill_wait``: (mean seconds, probability) a prompt queues
+    for the prompts ahead of it in the prefill budget (:func:`core.estimate.open_loop.prefill_queue`)."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.first_token_overhead_s
     chunked = shape.chunked
@@ -69,7 +71,8 @@ def finish(
     busy = min(1.0, max(others, 0.0))
     ms = multi_step(cfg)
     f1, storm = first_wave
-    ttft_mean = ovh + wait + st.align(others, ms, cm.steps_ahead) + st.prefill + f1 * storm / 2.0
+    pq_mean, pq_p = prefill_wait
+    ttft_mean = ovh + wait + pq_mean + st.align(others, ms, cm.steps_ahead) + st.prefill + f1 * storm / 2.0
     tok = cm.output_token_overhead_s
     # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
     # (or, without chunked prefill, gaps that span a whole prefill step); for a burst,
@@ -133,7 +136,11 @@ def finish(
         computed_q = max(shape.prepend + quantile_len(shape.input, q) - st.cached, 1.0)
         pf = max(st.prefill + (computed_q - Ic) * per_token, per_token * computed_q)
         pf *= (1 + share * k_coll) / (1 + share * collide_m)
-        t = ovh + w + q * st.mean_step * busy * ms + pf
+        if pq_p > 0 and q > 1 - pq_p:  # an M/G/1 wait: exponential beyond the share that waits
+            w += (pq_mean / pq_p) * math.log(pq_p / (1 - q))
+        # The step in flight (a uniform share of it) and the steps an engine that schedules
+        # ahead had already committed, as in the mean (State.align).
+        t = ovh + w + (q * ms + cm.steps_ahead) * st.mean_step * busy + pf
         if f1 > 0 and q > 1.0 - f1:  # the slowest requests are the first wave's last prompts
             t += storm * (q - (1.0 - f1)) / f1
         ttft_q[name] = t

@@ -13,7 +13,8 @@ import math
 from core.estimate.costmodel import CostModel
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
-from core.estimate.steady import Shape, steady_state
+from core.estimate.stats import cv2_len
+from core.estimate.steady import Shape, State, steady_state
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
 
@@ -23,6 +24,36 @@ def never_queues(n_run: float | None, cap: float) -> bool:
     slot, whatever its rate: at most its N are ever in flight (a benchmark's 50 prompts at
     10 req/s of 2000-token answers: all 50 run together, none waits)."""
     return n_run is not None and 0 < n_run <= cap
+
+
+def prefill_queue(shape: Shape, st: State, cm: CostModel, budget: int, lam: float, n_run: float | None = None) -> tuple[float, float]:
+    """(mean seconds, probability) a Poisson-arriving prompt waits for the prompts ahead of it
+    in the prefill budget: an M/G/1 queue (Pollaczek-Khinchine) on the prefill work, served
+    at a full budget of prefill tokens per mixed step. The steady state gives each prompt its
+    chunks' steps as though prompts never met; at random arrivals they do, and a prompt
+    longer than the budget holds it for several steps. Llama-3.1-8B on an A100, 4,000-token
+    prompts at 2.27 req/s (a 2,048-token budget, 157 ms steps): prefill busy 70% of the time,
+    TTFT 421 ms without the queue where the simulator's scheduler reads 764 ms (the queue
+    adds 370 ms). A finite run of ``n_run`` prompts starts with an empty queue and may end
+    before it reaches the steady wait, which near full load takes long to build: its mean is
+    held to that of a queue with no drift over the run's span (a reflected random walk of the
+    prefill work, whose mean grows as the square root of time)."""
+    if not shape.chunked or lam <= 0:
+        return 0.0, 0.0
+    I = shape.input_len
+    Ic = max(I - st.cached, 1.0)
+    ctx = I + max(shape.output_len - 1.0, 0.0) / 2.0
+    room = max(budget - st.decodes_mixed, 1.0)
+    full = cm.step_seconds(room, room * (I + st.cached) / 2.0, room * I / Ic, st.decodes_mixed, st.decodes_mixed * ctx, max(1.0, room / Ic))
+    service = Ic * full / room  # the budget-steps one prompt's tokens take
+    rho = min(lam * service, 0.98)
+    second_moment = service * service * (1.0 + cv2_len(shape.input))
+    wait = lam * second_moment / (2.0 * (1.0 - rho))
+    if n_run:
+        span = n_run / lam
+        building = (2.0 / 3.0) * math.sqrt(2.0 * lam * second_moment * span / math.pi)
+        wait = 1.0 / (1.0 / wait + 1.0 / building) if wait > 0 and building > 0 else 0.0
+    return wait, rho
 
 
 def below_saturation(
@@ -70,7 +101,27 @@ def below_saturation(
             # Their prompts arrive faster than they prefill when the run's prefill work
             # outlasts its arrivals: the last waits for the difference, the first not.
             backlog = max(0.0, prefill_storm(shape, cm, n_run, budget, cached) - span)
+    # Short of that overflow, prompts that arrive together queue for the budget.
+    queued = prefill_queue(shape, st, cm, budget, lam, n_run) if backlog == 0 else (0.0, 0.0)
+    if n_run:
         # A finite run's rate is its requests over the time from the first arrival to the
         # last answer: the arrivals' span, then the last request's latency.
-        x = n_run / (span + cm.request_overhead_s + wait + backlog + st.cycle + tail)
-    return finish(shape, cfg, cm, st, x, wait, "exponential", limited, False, concurrency, request_rate, budget, seqs, cap, first_wave=(1.0, backlog))
+        x = n_run / (span + cm.request_overhead_s + wait + queued[0] + backlog + st.cycle + tail)
+    return finish(
+        shape,
+        cfg,
+        cm,
+        st,
+        x,
+        wait,
+        "exponential",
+        limited,
+        False,
+        concurrency,
+        request_rate,
+        budget,
+        seqs,
+        cap,
+        first_wave=(1.0, backlog),
+        prefill_wait=queued,
+    )
