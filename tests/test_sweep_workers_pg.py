@@ -59,23 +59,38 @@ class _Plan:  # what lease.seed reads of a trial plan
     predicted: dict | None = None
 
 
-def _race(storage: str, n_claimers: int, n_configs: int, ttl_s: float) -> list[list[tuple[str, int]]]:
+class _LeaseClockAhead:
+    """``time`` as core.sweep.lease sees it, ``ahead_s`` later than the wall clock: a lease
+    of the first round has expired for every claim of the second, however long the first
+    round took (with a real 0.5 s lease, a loaded 2-core box let leases expire mid-round and
+    round one saw legitimate takeovers)."""
+
+    def __init__(self, ahead_s: float) -> None:
+        self.ahead_s = ahead_s
+
+    def time(self) -> float:
+        return time.time() + self.ahead_s
+
+
+def _race(storage: str, n_claimers: int, n_configs: int, monkeypatch) -> list[list[tuple[str, int]]]:
     """``n_claimers`` threads, each with its own connection pool (as separate worker processes
     have), claim configurations until none is free; two rounds: in the second every lease of
-    the first has expired, so each claim is a takeover. Returns the claims of each round."""
+    the first has expired (the lease clock moved past them), so each claim is a takeover.
+    Returns the claims of each round."""
+    ttl_s = 3600.0
     setup = StudyStore(storage)
     setup.create_study("race", None, "m")
     lease.seed(setup, "race", [_Plan(f"cfg{i}", {"max_num_seqs": i}) for i in range(n_configs)])
     rounds: list[list[tuple[str, int]]] = []
     stores = [StudyStore(storage) for _ in range(n_claimers)]
-    for ttl in (ttl_s, 3600.0):
+    for _ in range(2):
         got: list[tuple[str, int]] = []
         lock, go = threading.Lock(), threading.Barrier(n_claimers)
 
         def claimer(i: int) -> None:
             me = lease.Worker(f"w{i}:{len(rounds)}", "h", 1000 + i)
             go.wait()
-            while (c := lease.claim(stores[i], "race", me, ttl)) is not None:  # noqa: B023
+            while (c := lease.claim(stores[i], "race", me, ttl_s)) is not None:  # noqa: B023
                 with lock:
                     got.append((me.id, c.trial_id))  # noqa: B023
                 time.sleep(0.002)  # as a worker would, work before its next claim: lets the others in
@@ -86,9 +101,9 @@ def _race(storage: str, n_claimers: int, n_configs: int, ttl_s: float) -> list[l
         for t in threads:
             t.join(120)
         rounds.append(got)
-        if ttl == ttl_s:
-            # Let every first-round lease expire (ttl_s is tiny), so round two takes them over.
-            time.sleep(ttl_s * 2)
+        if len(rounds) == 1:
+            # Every first-round lease expires before round two claims.
+            monkeypatch.setattr(lease, "time", _LeaseClockAhead(2 * ttl_s))
     log = setup.lease_log("race")
     for s in (*stores, setup):
         s.close()
@@ -97,9 +112,9 @@ def _race(storage: str, n_claimers: int, n_configs: int, ttl_s: float) -> list[l
 
 
 @pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"])
-def test_racing_claimers_never_get_one_configuration_twice(backend, request, tmp_path):
+def test_racing_claimers_never_get_one_configuration_twice(backend, request, tmp_path, monkeypatch):
     storage = request.getfixturevalue("pg_url") if backend == "postgresql" else str(tmp_path / "race.db")
-    first, second, log = _race(storage, n_claimers=8, n_configs=40, ttl_s=0.5)
+    first, second, log = _race(storage, n_claimers=8, n_configs=40, monkeypatch=monkeypatch)
     # Round one: every configuration claimed exactly once (whoever got it: how the claims
     # spread over the claimers is up to the scheduler).
     assert sorted(t for _, t in first) == list(range(40))
