@@ -33,8 +33,8 @@ def prefill_queue(shape: Shape, st: State, cm: CostModel, budget: int, lam: floa
     chunks' steps as though prompts never met; at random arrivals they do, and a prompt
     longer than the budget holds it for several steps. Llama-3.1-8B on an A100, 4,000-token
     prompts at 2.27 req/s (a 2,048-token budget, 157 ms steps): prefill busy 70% of the time,
-    TTFT 421 ms without the queue where the simulator's scheduler reads 764 ms (the queue
-    adds 370 ms). A finite run of ``n_run`` prompts starts with an empty queue and may end
+    TTFT 421 ms without the queue where the simulator's scheduler reads 764 ms; with it, 760 ms
+    (the queue adds 340 ms). A finite run of ``n_run`` prompts starts with an empty queue and may end
     before it reaches the steady wait, which near full load takes long to build: its mean is
     held to that of a queue with no drift over the run's span (a reflected random walk of the
     prefill work, whose mean grows as the square root of time)."""
