@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.prediction import Prediction, make_prediction
 from core.estimate.stats import QUANTILES, Z, poisson_quantile, quantile_len, stats_of, weighted_quantiles
-from core.estimate.steady import Shape, State, dec_gap, multi_step, steady_gaps
+from core.estimate.steady import Shape, State, dec_gap, mixed_step_seconds, multi_step, steady_gaps
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
 
@@ -105,15 +105,9 @@ def finish(
     # extra tokens' marginal cost (their matmul FLOPs and attention), not in proportion:
     # the step's fixed costs, weight reads and the decodes riding along stay.
     Ic = I - st.cached
-    ctx = I + dec / 2.0
-
-    def pf_step(tokens: float) -> float:
-        return cm.step_seconds(
-            tokens, tokens * (I + st.cached) / 2.0, tokens * I / Ic, st.decodes_mixed, st.decodes_mixed * ctx, max(1.0, tokens / Ic)
-        )
-
     delta = max(16.0, 0.1 * st.prefill_tokens_step)
-    per_token = max(pf_step(st.prefill_tokens_step + delta) - pf_step(st.prefill_tokens_step), 0.0) / delta
+    step_at = st.prefill_tokens_step
+    per_token = max(mixed_step_seconds(shape, st, cm, step_at + delta) - mixed_step_seconds(shape, st, cm, step_at), 0.0) / delta
     p_wait = 0.0
     if wait_kind == "exponential" and wait > 0:
         rho = min(st.n / max(cap, 1e-9), 0.999)

@@ -14,7 +14,7 @@ from core.estimate.costmodel import CostModel
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
 from core.estimate.stats import cv2_len
-from core.estimate.steady import Shape, State, steady_state
+from core.estimate.steady import Shape, State, mixed_step_seconds, steady_state
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
 
@@ -40,12 +40,9 @@ def prefill_queue(shape: Shape, st: State, cm: CostModel, budget: int, lam: floa
     prefill work, whose mean grows as the square root of time)."""
     if not shape.chunked or lam <= 0:
         return 0.0, 0.0
-    I = shape.input_len
-    Ic = max(I - st.cached, 1.0)
-    ctx = I + max(shape.output_len - 1.0, 0.0) / 2.0
+    Ic = max(shape.input_len - st.cached, 1.0)
     room = max(budget - st.decodes_mixed, 1.0)
-    full = cm.step_seconds(room, room * (I + st.cached) / 2.0, room * I / Ic, st.decodes_mixed, st.decodes_mixed * ctx, max(1.0, room / Ic))
-    service = Ic * full / room  # the budget-steps one prompt's tokens take
+    service = Ic * mixed_step_seconds(shape, st, cm, room) / room  # the budget-steps one prompt's tokens take
     rho = min(lam * service, 0.98)
     second_moment = service * service * (1.0 + cv2_len(shape.input))
     wait = lam * second_moment / (2.0 * (1.0 - rho))

@@ -170,6 +170,16 @@ def steady_state(shape: Shape, cm: CostModel, n: float, budget: int, cached: flo
     return State(n, k, steps, n_mixed, t_mixed, t_pure, cycle, prefill, tpot, frac_mixed, p_tok, dec_mixed, dec_pure, c)
 
 
+def mixed_step_seconds(shape: Shape, st: State, cm: CostModel, tokens: float) -> float:
+    """Seconds of one mixed step of the steady state ``st`` carrying ``tokens`` prompt tokens
+    (in chunks of the prompts' uncached part) beside its decodes, which sit at the
+    average context: what a prompt's chunk costs, and what a full budget of them costs."""
+    I = shape.input_len
+    Ic = max(I - st.cached, 1.0)
+    ctx = I + max(shape.output_len - 1.0, 0.0) / 2.0
+    return cm.step_seconds(tokens, tokens * (I + st.cached) / 2.0, tokens * I / Ic, st.decodes_mixed, st.decodes_mixed * ctx, max(1.0, tokens / Ic))
+
+
 def recompute_tokens(n: float, budget: int, filled: float = 0.0) -> float:
     """Prompt tokens recomputed per step when the KV cache is full and requests wait, on an
     engine that admits a request once its prompt fits and frees a running one's cache to let
