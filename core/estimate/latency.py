@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.prediction import Prediction, make_prediction
-from core.estimate.stats import QUANTILES, Z, poisson_quantile, quantile_len, stats_of, weighted_quantiles
+from core.estimate.stats import QUANTILES, Z, QueueWait, poisson_quantile, quantile_len, stats_of, weighted_quantiles
 from core.estimate.steady import Shape, State, dec_gap, mixed_step_seconds, multi_step, steady_gaps
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
@@ -52,7 +52,7 @@ def finish(
     first_wave: tuple[float, float] = (0.0, 0.0),
     tpots: BurstTPOT | None = None,
     burst_wait: BurstWait | None = None,
-    prefill_wait: tuple[float, float] = (0.0, 0.0),
+    prefill_wait: QueueWait = QueueWait(),
 ) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
@@ -60,7 +60,7 @@ def finish(
     theirs, half of it on average, and make the TTFT's upper tail. ``tpots``: a burst's TPOT
     per request class and the mean seconds from first to last token
     (:class:`core.estimate.waves.BurstTPOT`). ``burst_wait``: how a burst's waits spread
-    (``wait`` is its mean). ``prefill_wait``: (mean seconds, probability) a prompt queues
+    (``wait`` is its mean). ``prefill_wait``: how long a prompt queues
     for the prompts ahead of it in the prefill budget (:func:`core.estimate.open_loop.prefill_queue`)."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.first_token_overhead_s
@@ -71,7 +71,7 @@ def finish(
     busy = min(1.0, max(others, 0.0))
     ms = multi_step(cfg)
     f1, storm = first_wave
-    pq_mean, pq_p = prefill_wait
+    pq_mean, pq_p = prefill_wait.mean, prefill_wait.share
     ttft_mean = ovh + wait + pq_mean + st.align(others, ms, cm.steps_ahead) + st.prefill + f1 * storm / 2.0
     tok = cm.output_token_overhead_s
     # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
@@ -129,9 +129,9 @@ def finish(
         # cache serves).
         computed_q = max(shape.prepend + quantile_len(shape.input, q) - st.cached, 1.0)
         pf = max(st.prefill + (computed_q - Ic) * per_token, per_token * computed_q)
-        pf *= (1 + share * k_coll) / (1 + share * collide_m)
-        if pq_p > 0 and q > 1 - pq_p:  # an M/G/1 wait: exponential beyond the share that waits
-            w += (pq_mean / pq_p) * math.log(pq_p / (1 - q))
+        if not (chunked and pq_p > 0):
+            pf *= (1 + share * k_coll) / (1 + share * collide_m)
+        w += prefill_wait.at(q)
         # The step in flight (a uniform share of it) and the steps an engine that schedules
         # ahead had already committed, as in the mean (State.align).
         t = ovh + w + (q * ms + cm.steps_ahead) * st.mean_step * busy + pf

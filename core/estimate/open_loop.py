@@ -13,7 +13,7 @@ import math
 from core.estimate.costmodel import CostModel
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
-from core.estimate.stats import cv2_len
+from core.estimate.stats import QueueWait, cv2_len, skew_len
 from core.estimate.steady import Shape, State, mixed_step_seconds, steady_state
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
@@ -26,8 +26,8 @@ def never_queues(n_run: float | None, cap: float) -> bool:
     return n_run is not None and 0 < n_run <= cap
 
 
-def prefill_queue(shape: Shape, st: State, cm: CostModel, budget: int, lam: float, n_run: float | None = None) -> tuple[float, float]:
-    """(mean seconds, probability) a Poisson-arriving prompt waits for the prompts ahead of it
+def prefill_queue(shape: Shape, st: State, cm: CostModel, budget: int, lam: float, n_run: float | None = None) -> QueueWait:
+    """How long a Poisson-arriving prompt waits for the prompts ahead of it
     in the prefill budget: an M/G/1 queue (Pollaczek-Khinchine) on the prefill work, served
     at a full budget of prefill tokens per mixed step. The steady state gives each prompt its
     chunks' steps as though prompts never met; at random arrivals they do, and a prompt
@@ -39,18 +39,25 @@ def prefill_queue(shape: Shape, st: State, cm: CostModel, budget: int, lam: floa
     held to that of a queue with no drift over the run's span (a reflected random walk of the
     prefill work, whose mean grows as the square root of time)."""
     if not shape.chunked or lam <= 0:
-        return 0.0, 0.0
+        return QueueWait()
     Ic = max(shape.input_len - st.cached, 1.0)
     room = max(budget - st.decodes_mixed, 1.0)
     service = Ic * mixed_step_seconds(shape, st, cm, room) / room  # the budget-steps one prompt's tokens take
     rho = min(lam * service, 0.98)
     second_moment = service * service * (1.0 + cv2_len(shape.input))
     wait = lam * second_moment / (2.0 * (1.0 - rho))
+    # The waiters' spread (Takacs: E[W^2] = 2 E[W]^2 + lam E[S^3] / 3(1 - rho)): prompts of
+    # one length wait a uniform share of one service at light load, nearly exponentially near
+    # full load, where an exponential at every load put the median too low and p99 too high.
+    third_moment = service**3 * skew_len(shape.input)
+    w1 = wait / rho if rho > 0 else 0.0
+    w2 = (2.0 * wait * wait + lam * third_moment / (3.0 * (1.0 - rho))) / rho if rho > 0 else 0.0
+    cv2 = max(w2 / (w1 * w1) - 1.0, 1e-3) if w1 > 0 else 1.0
     if n_run:
         span = n_run / lam
         building = (2.0 / 3.0) * math.sqrt(2.0 * lam * second_moment * span / math.pi)
         wait = 1.0 / (1.0 / wait + 1.0 / building) if wait > 0 and building > 0 else 0.0
-    return wait, rho
+    return QueueWait(wait, rho, cv2)
 
 
 def below_saturation(
@@ -99,11 +106,11 @@ def below_saturation(
             # outlasts its arrivals: the last waits for the difference, the first not.
             backlog = max(0.0, prefill_storm(shape, cm, n_run, budget, cached) - span)
     # Short of that overflow, prompts that arrive together queue for the budget.
-    queued = prefill_queue(shape, st, cm, budget, lam, n_run) if backlog == 0 else (0.0, 0.0)
+    queued = prefill_queue(shape, st, cm, budget, lam, n_run) if backlog == 0 else QueueWait()
     if n_run:
         # A finite run's rate is its requests over the time from the first arrival to the
         # last answer: the arrivals' span, then the last request's latency.
-        x = n_run / (span + cm.request_overhead_s + wait + queued[0] + backlog + st.cycle + tail)
+        x = n_run / (span + cm.request_overhead_s + wait + queued.mean + backlog + st.cycle + tail)
     return finish(
         shape,
         cfg,
