@@ -122,8 +122,9 @@ def finish(
             w = 2 * wait * q
         else:  # a closed loop's queue is nearly deterministic
             w = wait
-        # The mean prefill already holds the average collision; scale by the quantile's
-        # share of it.
+        # Other prompts arriving while ours prefills: the mean holds the average collision,
+        # the quantile its share of it. Where the open loop's prefill queue is modelled
+        # (chunked), prompts meeting in the budget are that queue's wait instead.
         k_coll = poisson_quantile(collide_m, q)
         # A prompt's prefill scales with the tokens it computes (not those the prefix
         # cache serves).
