@@ -215,7 +215,7 @@ def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
         l4.exact
         and l4.scope == "L4 with vllm"
         and l4.sources >= 2
-        and bands.table()["track_record_held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json"]
+        and bands.table()["track_record_held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json", "heldout4.json"]
     )
     rtx = lookup("RTX-6000-Ada", "vllm")
     assert not rtx.exact and rtx.scope == "vllm" and rtx.rows == t["engine"]["vllm"]["rows"]
@@ -229,5 +229,5 @@ def test_an_estimate_states_the_track_record_of_the_most_specific_group(capsys):
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-SXM", "--concurrency", "8", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)["track_record"]
     assert d["scope"] == "H100-SXM with vllm" and d["exact"] and d["predictions"] == "leave-one-source-out"
-    assert d["held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json"]
+    assert d["held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json", "heldout4.json"]
     assert d["median_ape"] == h100.median_ape and set(d["median_ape"]) <= set(KEYS)
