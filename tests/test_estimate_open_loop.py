@@ -116,3 +116,43 @@ def test_a_queue_wait_is_zero_for_those_that_do_not_wait_and_gamma_beyond():
     assert narrow.at(0.95) == pytest.approx(5.348 / 12, rel=0.03)  # the waiters' median
     assert narrow.at(0.999) == pytest.approx(16.812 / 12, rel=0.03)  # their p99
     assert narrow.at(0.999) < QueueWait(mean=0.05, share=0.1, cv2=1.0).at(0.999) / 1.5
+
+
+def _against_engine(engine: str, version: str, wl: Workload, share: float, n: int = 400):
+    arch, gpu = load_model("meta-llama/Llama-3.1-8B"), get_gpu("A100-80GB")
+    p = Predictor(arch, gpu, wl, engine=engine, engine_version=version)
+    cfg = p.config(1)
+    lam = share * p.max_throughput(cfg, num_prompts=1000).req_per_s
+    est = p.predict(cfg, request_rate=lam, num_prompts=n)
+    res = simulate(
+        arch,
+        Hardware(gpu=gpu, num_gpus=1),
+        cfg,
+        wl.model_copy(update={"num_prompts": n}),
+        LoadPoint(request_rate=lam, num_prompts=n),
+        engine=engine,
+        engine_version=version,
+    )
+    tpots = [(r.end_time - r.chunk_times[0]) / (r.output_tokens - 1) * 1e3 for r in res.records if len(r.chunk_times) and r.output_tokens > 1]
+    return est, res.summary, sum(tpots) / len(tpots)
+
+
+def test_a_decode_at_random_arrivals_meets_the_prompts_that_arrive_meanwhile():
+    """A closed loop of n has n - 1 others; random arrivals keep coming whatever a request
+    is doing, so a decode meets the chunks of every prompt that arrives during it. Counting
+    n - 1 others, Llama-3.1-8B on an A100 with 4,000-token prompts at 20% load read TPOT
+    12.8 ms where the simulator's scheduler reads 15.0 (0.85x); measured now 0.95x. Without
+    chunked prefill (vLLM 0.6) the others' prefill steps stall the decode: 0.85x -> 0.95x."""
+    for engine, version in (("vllm", "0.10.1"), ("vllm", "0.6.3")):
+        est, _, sim_tpot = _against_engine(engine, version, LONG, 0.2)
+        assert est.tpot_ms.mean == pytest.approx(sim_tpot, rel=0.08), (engine, version)
+
+
+def test_prompts_queue_for_prefill_steps_on_an_engine_that_does_not_chunk():
+    """vLLM 0.6 (V0) and SGLang run whole prompts in prefill steps of their own; a prompt that
+    arrives during one waits for it and for the prompts queued before it. Without that
+    queue, TTFT at 4,000-token prompts and half load was 0.81x the simulator's on both
+    engines (measured now 1.00x and 0.98x)."""
+    for engine, version in (("vllm", "0.6.3"), ("sglang", "0.4.6")):
+        est, sim, _ = _against_engine(engine, version, LONG, 0.5)
+        assert est.ttft_ms.mean == pytest.approx(sim["mean_ttft_ms"], rel=0.08), (engine, version)

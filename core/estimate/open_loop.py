@@ -38,11 +38,17 @@ def prefill_queue(shape: Shape, st: State, cm: CostModel, budget: int, lam: floa
     before it reaches the steady wait, which near full load takes long to build: its mean is
     held to that of a queue with no drift over the run's span (a reflected random walk of the
     prefill work, whose mean grows as the square root of time)."""
-    if not shape.chunked or lam <= 0:
+    if lam <= 0:
         return QueueWait()
     Ic = max(shape.input_len - st.cached, 1.0)
-    room = max(budget - st.decodes_mixed, 1.0)
-    service = Ic * mixed_step_seconds(shape, st, cm, room) / room  # the budget-steps one prompt's tokens take
+    if shape.chunked:
+        room = max(budget - st.decodes_mixed, 1.0)
+        service = Ic * mixed_step_seconds(shape, st, cm, room) / room  # the budget-steps one prompt's tokens take
+    else:
+        # Prefill-only steps of whole prompts: one prompt's share of the steps its group's
+        # prompts are prefilled in, while later arrivals wait for the step in flight.
+        group = max(st.prefill_tokens_step * st.k / Ic, 1.0)
+        service = st.k * st.t_mixed / group
     rho = min(lam * service, 0.98)
     second_moment = service * service * (1.0 + cv2_len(shape.input))
     wait = lam * second_moment / (2.0 * (1.0 - rho))
@@ -84,14 +90,14 @@ def below_saturation(
     lo, hi = 0.0, cap if few is None else few
     for _ in range(40):
         mid = 0.5 * (lo + hi)
-        if lam * steady_state(shape, cm, max(mid, 1e-3), budget, cached).cycle > mid:
+        if lam * steady_state(shape, cm, max(mid, 1e-3), budget, cached, poisson=True).cycle > mid:
             lo = mid
         else:
             hi = mid
         if hi - lo < 1e-3 * max(hi, 1.0):
             break
     n = max(hi, 1e-3)
-    st = steady_state(shape, cm, n, budget, cached)
+    st = steady_state(shape, cm, n, budget, cached, poisson=True)
     # M/M/c waiting with c = the cap (Sakasegawa's approximation): negligible until the
     # running batch nears its cap.
     rho = min(n / cap, 0.999)
