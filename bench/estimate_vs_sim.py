@@ -10,10 +10,13 @@ requests faster than the steady state at its cap (the first prompts' prefill lef
 Grid: four model/GPU pairs x three workloads (fixed, uniform +-50%, long prompts) x closed
 loops at 1/16/64/256 (the run's length given to both, so both see its first wave), bursts
 of 1,000 and open loops at half and 0.9x the burst rate. Prints est/sim per metric per
-case, then the median |log(est/sim)| per metric and load kind as a ratio, and a SUMMARY
-line. No assertions (tests/test_estimate_predict.py asserts the burst's agreement).
+case (TTFT's mean, then its p50 / p90 / p99), then the median |log(est/sim)| per metric and
+load kind as a ratio, and a SUMMARY line. ``--engine``/``--engine-version`` run both on
+another engine's scheduler (vLLM 0.6's V0, SGLang: prefill steps of whole prompts). No
+assertions (tests/test_estimate_predict.py and tests/test_estimate_open_loop.py assert
+agreement where it was found wanting).
 
-    .venv/bin/python bench/estimate_vs_sim.py [--quick]
+    .venv/bin/python bench/estimate_vs_sim.py [--quick] [--engine sglang --engine-version 0.4.6]
 """
 
 from __future__ import annotations
@@ -48,11 +51,15 @@ WORKLOADS = {
         input=LengthDist(kind="uniform", mean=4000, range_ratio=0.2), output=LengthDist(kind="uniform", mean=200, range_ratio=0.2)
     ),
 }
+# (column, the estimate's field, its statistic, the simulator summary's key, scale)
 METRICS = (
-    ("TTFT", "ttft_ms", "mean_ttft_ms", 1.0),
-    ("ITL", "itl_ms", "mean_itl_ms", 1.0),
-    ("E2E", "e2e_s", "mean_e2el_ms", 1e3),
-    ("req/s", None, "request_throughput", 1.0),
+    ("TTFT", "ttft_ms", "mean", "mean_ttft_ms", 1.0),
+    ("p50", "ttft_ms", "p50", "median_ttft_ms", 1.0),
+    ("p90", "ttft_ms", "p90", "p90_ttft_ms", 1.0),
+    ("p99", "ttft_ms", "p99", "p99_ttft_ms", 1.0),
+    ("ITL", "itl_ms", "mean", "mean_itl_ms", 1.0),
+    ("E2E", "e2e_s", "mean", "mean_e2el_ms", 1e3),
+    ("req/s", None, None, "request_throughput", 1.0),
 )
 
 
@@ -68,8 +75,8 @@ def _loads(p: Predictor, cfg, quick: bool):
 
 def _ratios(est, sim: dict) -> dict[str, float]:
     out = {}
-    for name, attr, key, scale in METRICS:
-        e = est.req_per_s if attr is None else getattr(est, attr).mean * scale
+    for name, attr, stat, key, scale in METRICS:
+        e = est.req_per_s if attr is None else getattr(getattr(est, attr), stat) * scale
         s = sim.get(key)
         if e and s and e > 0 and s > 0:
             out[name] = e / s
@@ -79,14 +86,17 @@ def _ratios(est, sim: dict) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="fewer loads (about a minute)")
+    ap.add_argument("--engine", default="vllm", help="whose scheduler and profile, in both (vllm, sglang, tensorrt-llm)")
+    ap.add_argument("--engine-version", help="e.g. 0.6.3 for vLLM's V0 engine, which does not chunk prefills")
     a = ap.parse_args()
+    eng = {"engine": a.engine, "engine_version": a.engine_version}
     per_kind: dict[tuple[str, str], list[float]] = {}
     print(f"{'model':14s} {'gpu':9s} {'workload':24s} {'load':>14s} | " + " ".join(f"{m:>6s}" for m, *_ in METRICS) + "   (est/sim)")
     for model, gpu_name, tp in CASES:
         arch, gpu = load_model(model), get_gpu(gpu_name)
         hw = Hardware(gpu=gpu, num_gpus=tp)
         for wl_name, wl in WORKLOADS.items():
-            p = Predictor(arch, gpu, wl)
+            p = Predictor(arch, gpu, wl, **eng)
             cfg = p.config(tp)
             for kind, v, n in _loads(p, cfg, a.quick):
                 run = wl.model_copy(update={"num_prompts": n})
@@ -96,7 +106,7 @@ def main() -> None:
                     est, load = p.max_throughput(cfg, num_prompts=n), LoadPoint(concurrency=n, num_prompts=n)
                 else:
                     est, load = p.predict(cfg, request_rate=v, num_prompts=n), LoadPoint(request_rate=v, num_prompts=n)
-                r = _ratios(est, simulate(arch, hw, cfg, run, load).summary)
+                r = _ratios(est, simulate(arch, hw, cfg, run, load, **eng).summary)
                 for m, x in r.items():
                     per_kind.setdefault((kind, m), []).append(abs(math.log(x)))
                 cells = " ".join(f"{r[m]:6.2f}" if m in r else "     -" for m, *_ in METRICS)
