@@ -99,7 +99,9 @@ def finish(
         e2e_mean = ttft_mean + tpots.decode_s + dec * tok + resumed
 
     # Percentiles (approximate; see the module docstring).
-    collide_m = min(x * st.prefill, 50.0)  # other prefills arriving while ours runs
+    # Other prefills arriving while ours runs: a closed loop's n - 1 others (a lone client's
+    # prompt never meets another), all of an open loop's arrivals.
+    collide_m = min(x * st.prefill * (others / st.n if st.n > 0 else 0.0), 50.0)
     share = 0.5 if chunked else 1.0
     # A longer or shorter prompt than the mean changes the steps it prefills in by its
     # extra tokens' marginal cost (their matmul FLOPs and attention), not in proportion:
