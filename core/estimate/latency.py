@@ -124,15 +124,15 @@ def finish(
             w = 2 * wait * q
         else:  # a closed loop's queue is nearly deterministic
             w = wait
-        # Other prompts arriving while ours prefills: the mean holds the average collision,
-        # the quantile its share of it. Where the open loop's prefill queue is modelled,
-        # prompts meeting in the budget are that queue's wait instead.
-        k_coll = poisson_quantile(collide_m, q)
         # A prompt's prefill scales with the tokens it computes (not those the prefix
         # cache serves).
         computed_q = max(shape.prepend + quantile_len(shape.input, q) - st.cached, 1.0)
         pf = max(st.prefill + (computed_q - Ic) * per_token, per_token * computed_q)
+        # Other prompts arriving while ours prefills: the mean holds the average collision,
+        # the quantile its share of it. Where the open loop's prefill queue is modelled,
+        # prompts meeting in the budget are that queue's wait instead.
         if pq_p <= 0:
+            k_coll = poisson_quantile(collide_m, q)
             pf *= (1 + share * k_coll) / (1 + share * collide_m)
         w += prefill_wait.at(q)
         # The step in flight (a uniform share of it) and the steps an engine that schedules

@@ -16,6 +16,7 @@ from core.spec.workload import LengthDist
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 # Standard normal quantiles for the same levels.
 Z = {0.50: 0.0, 0.90: 1.2816, 0.95: 1.6449, 0.99: 2.3263}
+_STANDARD_NORMAL = NormalDist()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ class QueueWait:
         level = min((q - (1.0 - self.share)) / self.share, 1.0 - 1e-9)
         m = self.mean / self.share
         k = 1.0 / max(self.cv2, 1e-6)  # gamma shape
-        z = NormalDist().inv_cdf(level)
+        z = _STANDARD_NORMAL.inv_cdf(level)
         return m * max(0.0, 1.0 - 1.0 / (9.0 * k) + z / (3.0 * math.sqrt(k))) ** 3
 
 
