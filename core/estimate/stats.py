@@ -77,11 +77,22 @@ def quantile_len(dist: LengthDist, q: float) -> float:
     if dist.kind == "uniform":
         return dist.mean * (1 - dist.range_ratio + 2 * dist.range_ratio * q)
     if dist.kind == "normal":
-        return max(1.0, dist.mean + Z.get(q, 0.0) * dist.std)
+        z = Z.get(q)
+        if z is None:
+            z = _STANDARD_NORMAL.inv_cdf(min(max(q, 1e-9), 1.0 - 1e-9))
+        return max(1.0, dist.mean + z * dist.std)
     if dist.kind == "empirical":
         vals = sorted(dist.values)
         return float(vals[min(len(vals) - 1, int(q * len(vals)))])
     return dist.mean
+
+
+def length_classes(dist: LengthDist, n: int = 128) -> list[float]:
+    """Equally likely lengths that stand for ``dist``: an empirical distribution's own
+    values, else ``n`` quantiles."""
+    if dist.kind == "empirical" and dist.values:
+        return [float(v) for v in dist.values]
+    return [quantile_len(dist, (j + 0.5) / n) for j in range(n)]
 
 
 def mean_len(dist: LengthDist) -> float:
