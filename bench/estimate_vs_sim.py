@@ -7,7 +7,8 @@ bursts, open-loop queueing) against the simulator's step-by-step scheduler. It f
 burst's queue wait averaged over the queued requests only and a burst that completed
 requests faster than the steady state at its cap (the first prompts' prefill left out).
 
-Grid: four model/GPU pairs x three workloads (fixed, uniform +-50%, long prompts) x closed
+Grid: four model/GPU pairs x four workloads (fixed, uniform +-50%, long prompts, the bundled
+ShareGPT-like lengths, whose long tail sets when a finite run ends) x closed
 loops at 1/16/64/256 (the run's length given to both, so both see its first wave), bursts
 of 1,000 and open loops at half and 0.9x the burst rate. Prints est/sim per metric per
 case (TTFT's mean, then its p50 / p90 / p99), then the median |log(est/sim)| per metric and
@@ -34,6 +35,7 @@ from core.estimate import Predictor  # noqa: E402
 from core.simulate import simulate  # noqa: E402
 from core.spec.hardware import Hardware  # noqa: E402
 from core.spec.serving import LoadPoint  # noqa: E402
+from core.spec.lengths import sharegpt  # noqa: E402
 from core.spec.workload import LengthDist, Workload  # noqa: E402
 
 CASES = [
@@ -50,6 +52,7 @@ WORKLOADS = {
     "long 4000/200 +-20%": Workload(
         input=LengthDist(kind="uniform", mean=4000, range_ratio=0.2), output=LengthDist(kind="uniform", mean=200, range_ratio=0.2)
     ),
+    "sharegpt-like": Workload(input=sharegpt()[0], output=sharegpt()[1]),
 }
 # (column, the estimate's field, its statistic, the simulator summary's key, scale)
 METRICS = (

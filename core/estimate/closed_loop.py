@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 
 from core.estimate.costmodel import CostModel
+from core.estimate.drain import last_answer
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
+from core.estimate.stats import is_fixed
 from core.estimate.steady import Shape, multi_step, steady_state
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
@@ -72,6 +74,13 @@ def closed_loop(
     if num_prompts:
         w = min(c, cap)
         first_wave = (min(1.0, w / max(num_prompts / cfg.dp, 1.0)), prefill_storm(shape, cm, w, budget, cached))
+        n_run = num_prompts / cfg.dp
+        if n_run > c and x > 0 and not is_fixed(shape.output):
+            # The clients send their last requests (n_run - C) / X in; the run lasts until
+            # the longest of those still decoding has answered, as the batch thins.
+            before = ovh + st.align(n - 1, ms, cm.steps_ahead) + wait + st.prefill
+            end = last_answer(shape, cm, st, (n_run - c) / x, n_run, before, cm.output_token_overhead_s)
+            x = min(x, n_run / end)
     return finish(
         shape,
         cfg,

@@ -1,0 +1,65 @@
+"""How a finite benchmark run ends: with its last answer, which with lengths that vary is the
+longest request's, decoding nearly alone once no new requests come (open loops, whose
+arrivals stop, and closed loops, whose clients have sent their last). Bursts price their
+drain in :func:`core.estimate.waves.burst`."""
+
+from __future__ import annotations
+
+from core.estimate.costmodel import CostModel
+from core.estimate.stats import length_classes
+from core.estimate.steady import Shape, State
+
+
+def last_answer(shape: Shape, cm: CostModel, st: State, span: float, n_run: float, before_decode: float, per_token_s: float) -> float:
+    """Expected seconds from a finite run's first request to its last answer, when output
+    lengths vary: the latest of ``n_run`` requests' ends, each sent at random within
+    ``span`` and decoding its own length, not the mean request's end after the last
+    arrival. Once the arrivals stop the batch thins and the long requests decode nearly
+    alone (as a burst drains, :func:`core.estimate.waves.burst`); with ShareGPT-like
+    lengths at a high rate that drain, not the arrivals, sets the run's length.
+
+    ``before_decode``: a request's seconds from arrival to its first token; ``per_token_s``:
+    the client's cost of streaming each token."""
+    lengths = length_classes(shape.output)
+    O = sum(lengths) / len(lengths)
+    I = shape.input_len
+    # After the arrivals stop, the sequences still decoding after k more tokens: the steady
+    # batch times the share of its requests (length-biased, as those in flight are) with
+    # more than k tokens left.
+    top = max(lengths)
+    dk = max(top / 128.0, 1.0)
+    drain = [0.0]  # seconds to decode k x dk tokens from the start of the drain
+    k = 0.0
+    while k < top:
+        left = sum(max(o - k, 0.0) for o in lengths) / len(lengths)
+        b = max(1.0, st.n * left / O) if O > 0 else 1.0
+        step = cm.step_seconds(0.0, 0.0, 0.0, b, b * (I + O / 2.0), 0.0) + per_token_s
+        drain.append(drain[-1] + dk * step)
+        k += dk
+
+    def through_drain(tokens: float) -> float:
+        i = min(tokens / dk, len(drain) - 1.0)
+        lo = int(i)
+        hi = min(lo + 1, len(drain) - 1)
+        return drain[lo] + (i - lo) * (drain[hi] - drain[lo])
+
+    per_token = st.tpot + per_token_s
+    arrivals = [span * (i + 0.5) / 16 for i in range(16)]
+    ends: list[float] = []
+    for o in lengths:
+        for a in arrivals:
+            start = a + before_decode
+            done_by_span = max(span - start, 0.0) / per_token if per_token > 0 else o
+            if done_by_span >= o:
+                ends.append(start + o * per_token)
+            elif start >= span:
+                ends.append(start + through_drain(o))
+            else:
+                ends.append(span + through_drain(o - done_by_span))
+    # The latest of n_run independent ends: P(max <= t) = F(t)^n over the ends' mixture.
+    ends.sort()
+    m = len(ends)
+    expected = ends[0]
+    for i in range(1, m):
+        expected += (ends[i] - ends[i - 1]) * (1.0 - (i / m) ** n_run)
+    return expected
