@@ -33,6 +33,7 @@ Where the model lives:
 - :mod:`core.estimate.latency`: means and approximate percentiles of a steady state, and
   the queue of an overloaded finite run.
 - :mod:`core.estimate.waves`: lock-step waves (closed loop, fixed lengths), bursts, storms.
+- :mod:`core.estimate.drain`: when a finite run with varying lengths ends (its longest answer).
 - :mod:`core.estimate.stats` and :mod:`core.estimate.prediction`: the result types.
 - Here: the memory plan, knobs and running cap per config, and how a load point picks N:
 
