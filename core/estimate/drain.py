@@ -5,6 +5,8 @@ drain in :func:`core.estimate.waves.burst`."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from core.estimate.costmodel import CostModel
 from core.estimate.stats import length_classes
 from core.estimate.steady import Shape, State
@@ -20,18 +22,24 @@ def last_answer(shape: Shape, cm: CostModel, st: State, span: float, n_run: floa
 
     ``before_decode``: a request's seconds from arrival to its first token; ``per_token_s``:
     the client's cost of streaming each token."""
-    lengths = length_classes(shape.output)
-    O = sum(lengths) / len(lengths)
+    lengths = sorted(length_classes(shape.output))
+    m = len(lengths)
+    O = sum(lengths) / m
+    # above[i]: the lengths' sum from the i-th (sorted) on, for E[(O - k)+] by bisection.
+    above = [0.0] * (m + 1)
+    for i in range(m - 1, -1, -1):
+        above[i] = above[i + 1] + lengths[i]
     I = shape.input_len
     # After the arrivals stop, the sequences still decoding after k more tokens: the steady
     # batch times the share of its requests (length-biased, as those in flight are) with
     # more than k tokens left.
-    top = max(lengths)
+    top = lengths[-1]
     dk = max(top / 128.0, 1.0)
     drain = [0.0]  # seconds to decode k x dk tokens from the start of the drain
     k = 0.0
     while k < top:
-        left = sum(max(o - k, 0.0) for o in lengths) / len(lengths)
+        i = bisect_right(lengths, k)
+        left = (above[i] - k * (m - i)) / m
         b = max(1.0, st.n * left / O) if O > 0 else 1.0
         step = cm.step_seconds(0.0, 0.0, 0.0, b, b * (I + O / 2.0), 0.0) + per_token_s
         drain.append(drain[-1] + dk * step)
@@ -57,9 +65,12 @@ def last_answer(shape: Shape, cm: CostModel, st: State, span: float, n_run: floa
             else:
                 ends.append(span + through_drain(o - done_by_span))
     # The latest of n_run independent ends: P(max <= t) = F(t)^n over the ends' mixture.
+    # Below the share F = 1e-12 ** (1 / n) the factor 1 - F^n is 1 to 12 digits and the sum
+    # telescopes: start there.
     ends.sort()
-    m = len(ends)
-    expected = ends[0]
-    for i in range(1, m):
-        expected += (ends[i] - ends[i - 1]) * (1.0 - (i / m) ** n_run)
+    count = len(ends)
+    start = min(count - 1, int(count * 1e-12 ** (1.0 / max(n_run, 1.0))))
+    expected = ends[start]
+    for i in range(start + 1, count):
+        expected += (ends[i] - ends[i - 1]) * (1.0 - (i / count) ** n_run)
     return expected
