@@ -9,6 +9,8 @@ SLO bisections) and the prediction at the knee. "A suggested space" is every poi
 suggested sweep would measure (TP x DP x max_num_batched_tokens x max_num_seqs x
 concurrency), plus the full ``estimate()`` report that produced the suggestion. Model and
 catalog loading are excluded (cached once per session); times are the best of several runs.
+Also printed: one prediction of each kind, among them a finite run of ShareGPT-like lengths,
+which prices when its longest answer ends.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 
 from core.catalog import get_instance, load_model, resolve_hardware
 from core.estimate import Predictor, compute_limits, estimate
+from core.spec.lengths import sharegpt
 from core.spec.plan import demo_plan
 from core.spec.workload import Workload
 
@@ -69,9 +72,14 @@ def main() -> int:
     cfg = p.config(2, 2)
     t_point = _best(lambda: p.predict(cfg, concurrency=64), repeat=50)
     t_open = _best(lambda: p.predict(cfg, request_rate=3.0), repeat=50)
+    # A finite run of varying lengths also prices its drain (core.estimate.drain).
+    inp, out = sharegpt()
+    pg = Predictor(arch, hw.gpu, Workload(input=inp, output=out))
+    t_run = _best(lambda: pg.predict(cfg, request_rate=3.0, num_prompts=200), repeat=20)
     print(f"plan: {plan.model} on {hw.label}, {plan.input_len}/{plan.output_len} tokens, {slo}")
     print(f"one prediction (closed loop):  {t_point:8.3f} ms")
     print(f"one prediction (open loop):    {t_open:8.3f} ms")
+    print(f"one prediction (a finite open-loop run of 200 ShareGPT-like requests): {t_run:8.3f} ms")
     print(f"one configuration:             {t_one:8.2f} ms   (budget {BUDGET_ONE_MS:g} ms) {'OK' if t_one < BUDGET_ONE_MS else 'OVER'}")
     print(
         f"suggested space ({points} points + estimate report): {t_space:8.2f} ms   (budget {BUDGET_SPACE_MS:g} ms) "
