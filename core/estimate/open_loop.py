@@ -116,7 +116,8 @@ def below_saturation(
     queued = prefill_queue(shape, st, cm, budget, lam, n_run) if backlog == 0 else QueueWait()
     if n_run:
         # A finite run's rate is its requests over the time from the first arrival to the
-        # last answer: the arrivals' span, then the last request's latency.
+        # last answer: with fixed lengths the arrivals' span, then the last request's
+        # latency; with lengths that vary the expected latest end (the longest answers).
         before_decode = cm.request_overhead_s + wait + queued.mean + st.prefill
         if is_fixed(shape.output):
             end = span + before_decode + (st.cycle - st.prefill) + tail
