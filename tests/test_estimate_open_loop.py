@@ -181,6 +181,34 @@ def test_a_finite_run_of_sharegpt_lengths_ends_with_its_longest_answer():
     assert est.req_per_s == pytest.approx(sim["request_throughput"], rel=0.05)
 
 
+def test_an_overloaded_finite_run_of_sharegpt_lengths_ends_with_its_longest_answer_too():
+    """Past saturation the queue drains at the full batch's rate, and then the batch thins
+    as for the runs the replica keeps up with: the run ends with its longest answer. Read
+    as the full batch's rate, 1,000 ShareGPT-like prompts at 2x and 4x the burst rate were
+    1.58x and 1.54x the simulator's request rate (Llama-3.1-8B, A100); measured now 1.18x and
+    1.15x. Fixed lengths end a batch at a time at the full batch's rate, as before (1.02x),
+    and a stream being sized (no run length) keeps the full batch's rate."""
+    inp, out = sharegpt()
+    wl = Workload(input=inp, output=out)
+    gpu = get_gpu("A100-80GB")
+    p = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, wl)
+    cfg = p.config(1)
+    hw = Hardware(gpu=gpu, num_gpus=1)
+    burst = p.max_throughput(cfg, num_prompts=1000).req_per_s
+    for load in (2.0, 4.0):
+        est, sim = _against_sim(p, cfg, hw, wl, load * burst, 1000)
+        assert est.saturated
+        assert est.req_per_s == pytest.approx(sim["request_throughput"], rel=0.25), load
+    stream = p.predict(cfg, request_rate=2.0 * burst)
+    assert stream.req_per_s > 1.2 * p.predict(cfg, request_rate=2.0 * burst, num_prompts=1000).req_per_s
+    fixed = Workload.fixed(512, 256)
+    pf = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, fixed)
+    rate = 2.0 * pf.max_throughput(cfg, num_prompts=1000).req_per_s
+    est, sim = _against_sim(pf, cfg, hw, fixed, rate, 1000)
+    assert est.req_per_s == pytest.approx(sim["request_throughput"], rel=0.05)
+    assert est.req_per_s == pf.predict(cfg, request_rate=rate).req_per_s
+
+
 def test_a_finite_closed_loop_of_sharegpt_lengths_waits_for_its_longest_answer():
     """The same for a closed loop: once the clients have sent their last requests the
     batch thins and the longest answers decode nearly alone. Pricing the steady state
