@@ -54,6 +54,7 @@ def finish(
     tpots: BurstTPOT | None = None,
     burst_wait: BurstWait | None = None,
     prefill_wait: QueueWait = QueueWait(),
+    decode: State | None = None,
 ) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
@@ -62,7 +63,9 @@ def finish(
     per request class and the mean seconds from first to last token
     (:class:`core.estimate.waves.BurstTPOT`). ``burst_wait``: how a burst's waits spread
     (``wait`` is its mean). ``prefill_wait``: how long a prompt queues
-    for the prompts ahead of it in the prefill budget (:func:`core.estimate.open_loop.prefill_queue`)."""
+    for the prompts ahead of it in the prefill budget (:func:`core.estimate.open_loop.prefill_queue`).
+    ``decode``: the state whose steps the tokens decode in, where it is not ``st`` (a finite
+    open-loop run's thinner batch, :func:`core.estimate.drain.held_batch`)."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.first_token_overhead_s
     chunked = shape.chunked
@@ -78,7 +81,8 @@ def finish(
     # Inter-token gaps, token-weighted: pure decode steps, steps carrying prefill chunks
     # (or, without chunked prefill, gaps that span a whole prefill step); for a burst,
     # also the thinning batch of the drain.
-    dist = gaps if gaps else steady_gaps(shape, st, 1.0)
+    dec_st = decode or st
+    dist = gaps if gaps else steady_gaps(shape, dec_st, 1.0)
     total = sum(w for _, w in dist) or 1.0
     gap_mean = sum(t * w for t, w in dist) / total + tok
     gap_q = {k: v + tok for k, v in weighted_quantiles(sorted(dist), total).items()}
@@ -87,7 +91,7 @@ def finish(
         dist = [(t + resumed / dec, w) for t, w in dist]
         gap_mean += resumed / dec
         gap_q = {k: v + resumed / dec for k, v in gap_q.items()}
-    tpot_mean = gap_mean if gaps else st.tpot + tok + resumed / max(dec, 1.0)
+    tpot_mean = gap_mean if gaps else dec_st.tpot + tok + resumed / max(dec, 1.0)
     e2e_mean = ttft_mean + dec * tpot_mean
     tpot_burst_q: dict[str, float] = {}
     if tpots and tpots.classes:
@@ -148,9 +152,9 @@ def finish(
             tp = gap_q[name]  # a burst: requests decode at whatever batch they met
         elif dec > 0:
             # Mixed steps among one request's decode steps: binomial(O−1, frac_mixed).
-            f = st.frac_mixed
+            f = dec_st.frac_mixed
             f_q = min(1.0, max(0.0, f + Z[q] * math.sqrt(max(f * (1 - f), 0.0) / dec)))
-            tp = max(st.tpot + (f_q - f) * dec_gap(st, chunked, dec), 0.0) + tok + resumed / dec
+            tp = max(dec_st.tpot + (f_q - f) * dec_gap(dec_st, chunked, dec), 0.0) + tok + resumed / dec
         else:
             tp = 0.0
         tpot_q[name] = tp

@@ -14,6 +14,7 @@ from core.estimate.costmodel import CostModel
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
 from core.estimate.drain import last_answer
+from core.estimate.fluid import decode_state
 from core.estimate.stats import QueueWait, cv2_len, is_fixed, skew_len
 from core.estimate.steady import Shape, State, mixed_step_seconds, steady_state
 from core.estimate.waves import prefill_storm
@@ -88,17 +89,14 @@ def below_saturation(
     few = n_run if never_queues(n_run, cap) else None
     # The running batch n at which the arrivals keep it full: lam x cycle(n) = n; a finite
     # run never holds more than its own requests.
-    lo, hi = 0.0, cap if few is None else few
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        if lam * steady_state(shape, cm, max(mid, 1e-3), budget, cached, poisson=True).cycle > mid:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-3 * max(hi, 1.0):
-            break
-    n = max(hi, 1e-3)
+    n = _fixed_point(shape, cm, budget, cached, lam, cap if few is None else few)
     st = steady_state(shape, cm, n, budget, cached, poisson=True)
+    decode = None
+    if n_run:
+        # Its tokens decode in the batch its fill and drain leave (core.estimate.fluid),
+        # scaled from the fixed point as though the run had no size.
+        steady_n = _fixed_point(shape, cm, budget, cached, lam, cap) if few is not None and n >= 0.999 * few else n
+        decode = decode_state(shape, cm, budget, cached, lam, cap, n_run, steady_n)
     # M/M/c waiting with c = the cap (Sakasegawa's approximation): negligible until the
     # running batch nears its cap.
     rho = min(n / cap, 0.999)
@@ -141,4 +139,19 @@ def below_saturation(
         cap,
         first_wave=(1.0, backlog),
         prefill_wait=queued,
+        decode=decode,
     )
+
+
+def _fixed_point(shape: Shape, cm: CostModel, budget: int, cached: float, lam: float, top: float) -> float:
+    """The running batch n <= ``top`` at which arrivals at ``lam`` keep it full: lam x cycle(n) = n."""
+    lo, hi = 0.0, top
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if lam * steady_state(shape, cm, max(mid, 1e-3), budget, cached, poisson=True).cycle > mid:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-3 * max(hi, 1.0):
+            break
+    return max(hi, 1e-3)

@@ -34,6 +34,7 @@ Where the model lives:
   the queue of an overloaded finite run.
 - :mod:`core.estimate.waves`: lock-step waves (closed loop, fixed lengths), bursts, storms.
 - :mod:`core.estimate.drain`: when a finite run with varying lengths ends (its longest answer).
+- :mod:`core.estimate.fluid`: the batch a finite open-loop run's tokens decode in (it fills and empties).
 - :mod:`core.estimate.stats` and :mod:`core.estimate.prediction`: the result types.
 - Here: the memory plan, knobs and running cap per config, and how a load point picks N:
 
