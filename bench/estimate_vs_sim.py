@@ -10,7 +10,8 @@ requests faster than the steady state at its cap (the first prompts' prefill lef
 Grid: four model/GPU pairs x four workloads (fixed, uniform +-50%, long prompts, the bundled
 ShareGPT-like lengths, whose long tail sets when a finite run ends) x closed
 loops at 1/16/64/256 (the run's length given to both, so both see its first wave), bursts
-of 1,000 and open loops at half and 0.9x the burst rate. Prints est/sim per metric per
+of 1,000, open loops at half and 0.9x the burst rate, and open loops past saturation ("past":
+twice the burst rate, runs of 200 and 1,000 requests). Prints est/sim per metric per
 case (TTFT's mean, then its p50 / p90 / p99), then the median |log(est/sim)| per metric and
 load kind as a ratio, and a SUMMARY line. ``--engine``/``--engine-version`` run both on
 another engine's scheduler (vLLM 0.6's V0, SGLang: prefill steps of whole prompts). No
@@ -74,6 +75,10 @@ def _loads(p: Predictor, cfg, quick: bool):
     yield "burst", 1000, 1000
     for f in (0.5,) if quick else (0.5, 0.9):
         yield "open", f * burst_rate, max(200, int(60 * f * burst_rate))
+    # Past saturation: a run no larger than the cap never queues but fills and empties
+    # (core.estimate.fluid); a larger one queues, then drains (latency.overloaded).
+    for n in (200,) if quick else (200, 1000):
+        yield "past", 2.0 * burst_rate, n
 
 
 def _ratios(est, sim: dict) -> dict[str, float]:
@@ -116,7 +121,7 @@ def main() -> None:
                 print(f"{model.split('/')[-1][:14]:14s} {gpu_name:9s} {wl_name:24s} {kind:>6s} {v:7.3g} | {cells}", flush=True)
     print("\nmedian disagreement, as a ratio (1.00 = the two agree)")
     summary = []
-    for kind in ("closed", "burst", "open"):
+    for kind in ("closed", "burst", "open", "past"):
         cells = []
         for m, *_ in METRICS:
             xs = per_kind.get((kind, m))

@@ -231,6 +231,13 @@ def test_a_finite_run_decodes_in_the_batch_its_fill_and_drain_leave():
         for load in (0.5, 0.9):
             long_run = p.predict(cfg, request_rate=load * burst, num_prompts=50_000)
             assert long_run.itl_ms.mean == p.predict(cfg, request_rate=load * burst).itl_ms.mean
+    # Fixed lengths: the last request, sent at the end of the arrivals, decodes in that
+    # batch too, not in one of all 200 (0.66x the simulator's request rate before, 0.83x now).
+    fixed = Workload.fixed(1024, 256)
+    pf = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, fixed)
+    rate = 2.0 * pf.max_throughput(pf.config(1), num_prompts=1000).req_per_s
+    est, sim = _against_sim(pf, pf.config(1), hw, fixed, rate, 200)
+    assert est.req_per_s == pytest.approx(sim["request_throughput"], rel=0.25)
 
 
 def test_a_finite_closed_loop_of_sharegpt_lengths_waits_for_its_longest_answer():

@@ -115,10 +115,12 @@ def below_saturation(
     if n_run:
         # A finite run's rate is its requests over the time from the first arrival to the
         # last answer: with fixed lengths the arrivals' span, then the last request's
-        # latency; with lengths that vary the expected latest end (the longest answers).
+        # latency (in the batch the run's tokens decode in, not one of all its requests);
+        # with lengths that vary the expected latest end (the longest answers).
         before_decode = cm.request_overhead_s + wait + queued.mean + st.prefill
         if is_fixed(shape.output):
-            end = span + before_decode + (st.cycle - st.prefill) + tail
+            ran = decode or st
+            end = span + before_decode + (ran.cycle - ran.prefill) + tail
         else:
             end = last_answer(shape, cm, st, span, n_run, before_decode, tail / max(shape.output_len, 1.0))
         x = n_run / (end + backlog)
