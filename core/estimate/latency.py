@@ -65,7 +65,7 @@ def finish(
     (``wait`` is its mean). ``prefill_wait``: how long a prompt queues
     for the prompts ahead of it in the prefill budget (:func:`core.estimate.open_loop.prefill_queue`).
     ``decode``: the state whose steps the tokens decode in, where it is not ``st`` (a finite
-    open-loop run's thinner batch, :func:`core.estimate.drain.held_batch`)."""
+    open-loop run's thinner batch, :func:`core.estimate.fluid.decode_state`)."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.first_token_overhead_s
     chunked = shape.chunked
