@@ -24,6 +24,13 @@ def _against_sim(p: Predictor, cfg, hw: Hardware, wl: Workload, lam: float, n: i
     return est, sim
 
 
+def _llama8b_a100(wl: Workload):
+    """Llama-3.1-8B on one A100 for ``wl``: (predictor, config, hardware)."""
+    gpu = get_gpu("A100-80GB")
+    p = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, wl)
+    return p, p.config(1), Hardware(gpu=gpu, num_gpus=1)
+
+
 def test_prompts_longer_than_the_budget_queue_for_it_as_the_simulator_has_them():
     """Llama-3.1-8B on an A100 with a 2,048-token budget: a 4,000-token prompt holds the
     budget for two 157 ms steps, so at 2.27 req/s prefill is busy 70% of the time and a
@@ -190,10 +197,8 @@ def test_an_overloaded_finite_run_of_sharegpt_lengths_ends_with_its_longest_answ
     and a stream being sized (no run length) keeps the full batch's rate."""
     inp, out = sharegpt()
     wl = Workload(input=inp, output=out)
-    gpu = get_gpu("A100-80GB")
-    p = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, wl)
-    cfg = p.config(1)
-    hw = Hardware(gpu=gpu, num_gpus=1)
+    p, cfg, hw = _llama8b_a100(wl)
+    gpu = hw.gpu
     burst = p.max_throughput(cfg, num_prompts=1000).req_per_s
     for load in (2.0, 4.0):
         est, sim = _against_sim(p, cfg, hw, wl, load * burst, 1000)
@@ -248,10 +253,8 @@ def test_a_finite_closed_loop_of_sharegpt_lengths_waits_for_its_longest_answer()
     finish as the steady state says, as before."""
     inp, out = sharegpt()
     wl = Workload(input=inp, output=out)
-    gpu = get_gpu("A100-80GB")
-    p = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, wl)
-    cfg = p.config(1)
-    hw = Hardware(gpu=gpu, num_gpus=1)
+    p, cfg, hw = _llama8b_a100(wl)
+    gpu = hw.gpu
     for c, n in ((16, 200), (64, 256)):
         est = p.predict(cfg, concurrency=c, num_prompts=n)
         sim = simulate(p.arch, hw, cfg, wl.model_copy(update={"num_prompts": n}), LoadPoint(concurrency=c, num_prompts=n)).summary
