@@ -65,7 +65,8 @@ def finish(
     (``wait`` is its mean). ``prefill_wait``: how long a prompt queues
     for the prompts ahead of it in the prefill budget (:func:`core.estimate.open_loop.prefill_queue`).
     ``decode``: the state whose steps the tokens decode in, where it is not ``st`` (a finite
-    open-loop run's thinner batch, :func:`core.estimate.fluid.decode_state`)."""
+    open-loop run's thinner batch, :func:`core.estimate.fluid.decode_state`); its batch is
+    the running batch reported."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.first_token_overhead_s
     chunked = shape.chunked
@@ -199,7 +200,7 @@ def finish(
         itl_ms=stats_of(gap_mean, itl_q, 1e3),
         tpot_ms=stats_of(tpot_mean, tpot_q, 1e3),
         e2e_s=stats_of(e2e_mean, e2e_q),
-        running=st.n,
+        running=dec_st.n,
         queued=wait * x,
         limited_by=limited,
         saturated=saturated,
