@@ -69,5 +69,9 @@ def decode_state(shape: Shape, cm: CostModel, budget: int, cached: float, lam: f
         return float(np.interp(gap, tpots, sizes))
 
     cycle = steady_state(shape, cm, max(steady_n, 1e-3), budget, cached, poisson=True).cycle
+    if n_run / lam >= _LONG_RUN * cycle:
+        # A run this long holds the steady batch: its share is 1 (the fluid's batch grows
+        # with the run's span), so the fluid need not run.
+        return steady_state(shape, cm, max(min(steady_n, n_run), 1e-3), budget, cached, poisson=True)
     share = min(held(n_run / lam) / max(held(_LONG_RUN * cycle), 1e-3), 1.0)
     return steady_state(shape, cm, max(min(steady_n * share, n_run), 1e-3), budget, cached, poisson=True)
