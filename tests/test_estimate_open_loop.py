@@ -221,14 +221,11 @@ def test_a_finite_run_decodes_in_the_batch_its_fill_and_drain_leave():
     (Llama-3.1-8B, A100). Its batch fills over the first answers and empties after the last
     arrival (core.estimate.fluid): measured now 0.87x, 0.91x and 0.97x. A run many answers
     long keeps the steady state's gaps exactly."""
-    gpu = get_gpu("A100-80GB")
-    hw = Hardware(gpu=gpu, num_gpus=1)
     inp, out = sharegpt()
     uniform = LengthDist(kind="uniform", mean=1024, range_ratio=0.5), LengthDist(kind="uniform", mean=256, range_ratio=0.5)
     cases = ((Workload(input=inp, output=out), ((2.0, 0.2), (4.0, 0.2))), (Workload(input=uniform[0], output=uniform[1]), ((1.2, 0.1),)))
     for wl, loads in cases:
-        p = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, wl)
-        cfg = p.config(1)
+        p, cfg, hw = _llama8b_a100(wl)
         burst = p.max_throughput(cfg, num_prompts=1000).req_per_s
         for load, rel in loads:
             est, sim = _against_sim(p, cfg, hw, wl, load * burst, 200)
@@ -238,10 +235,9 @@ def test_a_finite_run_decodes_in_the_batch_its_fill_and_drain_leave():
             assert long_run.itl_ms.mean == p.predict(cfg, request_rate=load * burst).itl_ms.mean
     # Fixed lengths: the last request, sent at the end of the arrivals, decodes in that
     # batch too, not in one of all 200 (0.66x the simulator's request rate before, 0.83x now).
-    fixed = Workload.fixed(1024, 256)
-    pf = Predictor(load_model("meta-llama/Llama-3.1-8B"), gpu, fixed)
-    rate = 2.0 * pf.max_throughput(pf.config(1), num_prompts=1000).req_per_s
-    est, sim = _against_sim(pf, pf.config(1), hw, fixed, rate, 200)
+    pf, cfg, hw = _llama8b_a100(Workload.fixed(1024, 256))
+    rate = 2.0 * pf.max_throughput(cfg, num_prompts=1000).req_per_s
+    est, sim = _against_sim(pf, cfg, hw, pf.workload, rate, 200)
     assert est.req_per_s == pytest.approx(sim["request_throughput"], rel=0.25)
 
 
