@@ -8,7 +8,8 @@ Every rule applies to every row the same way; nothing is keyed on a row id:
 - rows that cannot be predicted are skipped with the reason, and the bench goes on: a mode
   it does not know, or a load mode without its load (``online-concurrency`` with a null
   concurrency, ``online-rate`` with a null request rate) (:func:`unpredictable`).
-- model: ``architecture_of`` when present, else ``model``; rows whose architecture has no
+- model: ``model`` when knee bundles it (an FP8 checkpoint's alias carries its block
+  scaling), else ``architecture_of`` when present, else ``model``; rows whose architecture has no
   bundled config are skipped (:func:`resolve`). Precision from the row, KV dtype from the
   row (null -> ``auto``).
 - topology: TP from the row; data-parallel replicas from ``replicas``, else
@@ -112,7 +113,9 @@ def resolve(row: dict):
     from core.catalog.bundled import bundled_config
     from core.catalog.models import arch_from_config
 
-    ref = row.get("architecture_of") or row["model"]
+    # The checkpoint itself when knee knows it (an FP8 alias carries its block scaling, as a
+    # user's ``knee estimate`` of that name would), else the architecture the row names.
+    ref = row["model"] if row.get("architecture_of") and bundled_config(row["model"]) is not None else row.get("architecture_of") or row["model"]
     cfg = bundled_config(ref)
     if cfg is None:
         return ref, None, None

@@ -323,3 +323,18 @@ def test_a_row_longer_than_its_models_context_is_skipped_with_the_reason(tmp_pat
     assert sim_accuracy.main([str(path), "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)
     assert [s["id"] for s in sim["skipped"]] == ["toolong-1"] and "exceed" in sim["skipped"][0]["reason"]
+
+
+def test_a_row_of_a_checkpoint_knee_knows_is_predicted_as_that_checkpoint():
+    """An FP8 checkpoint row names its base in ``architecture_of`` (the rows predate the
+    bundled aliases); where knee knows the checkpoint itself, the benches ask for it, as a
+    user's ``knee estimate`` of that name would: Qwen's FP8 releases scale per 128x128 block."""
+    from bench.rows import resolve
+
+    row = {**GOOD, "model": "Qwen/Qwen3-14B-FP8", "architecture_of": "Qwen/Qwen3-14B", "precision": "fp8"}
+    ref, _, arch = resolve(row)
+    assert ref == "Qwen/Qwen3-14B-FP8"
+    assert arch.quantization.method == "fp8" and arch.quantization.block_scaled
+    # A checkpoint knee does not know keeps the architecture the row names.
+    ref, _, arch = resolve({**row, "model": "acme/Qwen3-14B-FP8-private"})
+    assert ref == "Qwen/Qwen3-14B" and not arch.quantization.block_scaled
