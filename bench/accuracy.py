@@ -54,6 +54,8 @@ import sys
 from pathlib import Path
 
 from bench import fit
+from bench.loso import add_jobs_argument, attach, format_compare, honest_report, summary_part, to_stderr
+from bench.loso import loso as leave_one_source_out
 from bench import llm_optimizer_formulas as lo
 from bench import rows as R
 from bench.knee_predict import predict_knee
@@ -69,10 +71,10 @@ def predict_lo(row: dict, cfg_dict: dict) -> dict:
     return {"ttft_ms": r.ttft_ms * f, "itl_ms": r.itl_ms * f, "e2e_s": r.e2e_s * f, "req_per_s": r.req_per_s, "output_tok_per_s": r.output_tok_per_s}
 
 
-def run(path, loso: bool = False, key: str = "id", sources: list[str] | None = None) -> dict:
+def run(path, loso: bool = False, key: str = "id", sources: list[str] | None = None, jobs: int = 1) -> dict:
     """The report over the rows of ``path`` (a JSONL path, or a list of them read together),
     only the rows of ``sources`` (id prefixes) when given; with ``loso`` the honest validation
-    too (:func:`honest`)."""
+    too (:func:`honest`, its folds ``jobs`` at a time)."""
     from core.errors import KneeError
 
     rows = R.load_all([path] if isinstance(path, (str, Path)) else path)
@@ -112,32 +114,34 @@ def run(path, loso: bool = False, key: str = "id", sources: list[str] | None = N
         )
     rep = {"rows": results, "skipped": skipped, "summary": summarize(results, skipped, len(rows))}
     if loso:
-        rep["honest"] = honest(rows, results, key)
+        rep["honest"] = honest(rows, results, key, jobs)
         rep["summary"]["honest"] = {k: v for k, v in rep["honest"].items() if k not in ("params", "fit", "folds")}
-        rep["summary"]["line"] += " | " + fit.summary_part(rep["honest"])
+        rep["summary"]["line"] += " | " + summary_part(rep["honest"])
     return rep
 
 
-def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
+def honest(rows: list[dict], results: list[dict], key: str = "id", jobs: int = 1) -> dict:
     """Issue 11's honest validation on the estimator (:mod:`bench.fit`): the physical
     parameters fitted on every row (in-sample) and, for each source, fitted on the other
     sources' rows and judged on the held-out source's (leave-one-source-out). Adds to each
     result ``knee_fitted``/``ape_fitted``, ``knee_loso``/``ape_loso`` and ``source``, and
-    returns the comparison (:func:`bench.fit.compare`), the parameters and the folds."""
+    returns the comparison (:func:`bench.loso.compare`), the parameters and the folds."""
     import time
 
     t0 = time.perf_counter()
     its, _ = fit.items(rows)
     assert [it.id for it in its] == [r["id"] for r in results]  # same rows, same order (bench.rows.with_config)
+    progress = to_stderr("bench.accuracy")
+    progress(f"fitting the parameters on all {len(its)} rows (in-sample), then one fold per source")
     infl = fit.influence(its)
     full = fit.fit(its, infl)
     in_sample = fit.predict_with(its, full.params)
-    folds = fit.loso(its, key, infl)
+    folds = leave_one_source_out(its, key, infl, jobs=jobs, progress=progress)
     held = {i: (f.source, p) for f in folds for i, p in f.predictions.items()}
     for r, it, p in zip(results, its, in_sample):
         src, q = held[it.id]
-        fit.attach(r, "knee", src, p, q)
-    return fit.honest_report(
+        attach(r, "knee", src, p, q)
+    return honest_report(
         results,
         "ape_knee",
         full,
@@ -269,7 +273,7 @@ def print_report(rep: dict, quiet: bool = False) -> None:
                     if r["measured"][m] is not None
                 ]
                 print(f"  {r['id']:14} {r['source']:12} " + "  ".join(cells))
-        for ln in fit.format_compare(h, h["params"]):
+        for ln in format_compare(h, h["params"]):
             print(ln)
     print(s["line"])
 
@@ -301,13 +305,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="A,B",
         help="only the rows of these sources (id prefixes, e.g. smwalk,infsim2,nimbench: the cases issue 11 names)",
     )
+    add_jobs_argument(ap)
     a = ap.parse_args(argv)
     for p in a.path:
         if not Path(p).exists():
             print(f"bench.accuracy: {p} does not exist", file=sys.stderr)
             return 2
     try:
-        rep = run(a.path, loso=a.loso, key=a.loso_key, sources=a.sources.split(",") if a.sources else None)
+        rep = run(a.path, loso=a.loso, key=a.loso_key, sources=a.sources.split(",") if a.sources else None, jobs=a.jobs)
     except json.JSONDecodeError as e:
         print(f"bench.accuracy: {' '.join(a.path)} is not JSONL: {e}", file=sys.stderr)
         return 2

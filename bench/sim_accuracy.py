@@ -61,6 +61,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench import rows as R  # noqa: E402  (after the path set-up: run as a script)
 from bench.knee_predict import pool_cached  # noqa: E402
+from bench.loso import add_jobs_argument, attach, format_compare, honest_report, summary_part, to_stderr  # noqa: E402
+from bench.loso import loso as leave_one_source_out  # noqa: E402
 from bench.rows import DEFAULT, LABELS, METRICS, ape  # noqa: E402
 
 ACCEPT = {"req_per_s": 0.20, "output_tok_per_s": 0.20, "ttft_ms": 0.30}
@@ -131,9 +133,9 @@ def simulate_row(row: dict):
     }, res
 
 
-def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "id") -> dict:
+def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "id", jobs: int = 1) -> dict:
     """The report over the online rows of ``path`` (a JSONL path or a list of them); with
-    ``loso`` the honest validation too (:func:`honest`)."""
+    ``loso`` the honest validation too (:func:`honest`, its folds ``jobs`` at a time)."""
     from core.errors import KneeError
 
     rows = R.load_all([path] if isinstance(path, (str, Path)) else path)
@@ -187,12 +189,12 @@ def run(path, exclude_overloaded: bool = False, loso: bool = False, key: str = "
         "simulated_label": "every predicted figure here is simulated",
     }
     if loso:
-        out["honest"] = honest(rows, results, key)
+        out["honest"] = honest(rows, results, key, jobs)
     out["summary_line"] = summary_line(out)
     return out
 
 
-def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
+def honest(rows: list[dict], results: list[dict], key: str = "id", jobs: int = 1) -> dict:
     """Issue 11's honest validation on the simulator, with the parameters fitted on the
     *estimator* (:mod:`bench.fit`; a fit through the simulator would cost a simulation per
     row per trial, hours on this box): fitted on every row of the file(s), all modes
@@ -206,6 +208,8 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
 
     t0 = time.perf_counter()
     its, _ = fit.items(rows)
+    progress = to_stderr("bench.sim_accuracy")
+    progress(f"fitting the parameters on all {len(its)} rows (in-sample), then one fold per source")
     infl = fit.influence(its)
     full = fit.fit(its, infl)
     by_id = {it.id: it for it in its}
@@ -214,7 +218,7 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
     def sim(it):
         return simulate_row(it.row)[0]
 
-    folds = fit.loso(its, key, infl, predict_held=sim, held_filter=lambda it: it.id in ids)
+    folds = leave_one_source_out(its, key, infl, predict_held=sim, held_filter=lambda it: it.id in ids, jobs=jobs, progress=progress)
     held = {i: (f.source, p) for f in folds for i, p in f.predictions.items()}
     with calibrated(full.params):
         for r in results:
@@ -223,8 +227,8 @@ def honest(rows: list[dict], results: list[dict], key: str = "id") -> dict:
             except KneeError:
                 p = None
             src, q = held[r["id"]]
-            fit.attach(r, "simulated", src, p, q)
-    return fit.honest_report(
+            attach(r, "simulated", src, p, q)
+    return honest_report(
         results,
         "ape",
         full,
@@ -243,9 +247,7 @@ def summary_line(out: dict) -> str:
         + f" on {out['simulated']} online rows ({len(out['skipped'])} skipped)"
     )
     if "honest" in out:
-        from bench import fit
-
-        line += " | " + fit.summary_part(out["honest"])
+        line += " | " + summary_part(out["honest"])
     return line
 
 
@@ -275,13 +277,14 @@ def main(argv: list[str] | None = None) -> int:
         default="id",
         help="source of a row: its id prefix (default), or that prefix without trailing digits",
     )
+    add_jobs_argument(ap)
     args = ap.parse_args(argv)
     for p in args.path:
         if not Path(p).exists():
             print(f"bench.sim_accuracy: {p} does not exist", file=sys.stderr)
             return 2
     try:
-        out = run([Path(p) for p in args.path], args.exclude_overloaded, args.loso, args.loso_key)
+        out = run([Path(p) for p in args.path], args.exclude_overloaded, args.loso, args.loso_key, args.jobs)
     except json.JSONDecodeError as e:
         print(f"bench.sim_accuracy: {' '.join(args.path)} is not JSONL: {e}", file=sys.stderr)
         return 2
@@ -324,15 +327,13 @@ def main(argv: list[str] | None = None) -> int:
         v = hard[m]
         print(f"median APE {LABELS[m]:<10} {'-' if v is None else f'{v * 100:5.1f}%'}  over {hard[m + '_n']} rows")
     if "honest" in out:
-        from bench import fit
-
         h = out["honest"]
         print()
         print(
             f"Honest validation (issue 11) on the simulator: {h['method']}; leave-one-source-out over the {h['sources']} sources "
             f"with online rows (source = {'id prefix' if h['key'] == 'id' else 'id prefix without trailing digits'}); {h['seconds']:.0f} s"
         )
-        for ln in fit.format_compare(h, h["params"]):
+        for ln in format_compare(h, h["params"]):
             print(ln)
     print(out["summary_line"])
     return 0

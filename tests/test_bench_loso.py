@@ -35,11 +35,12 @@ def test_source_is_the_id_prefix():
 
 def test_held_out_rows_are_never_fitted_on_and_unpredictable_rows_are_listed():
     from bench import fit
+    from bench.loso import loso
     from core.estimate.params import _calibration_file, calibration
 
     its, skipped = fit.items(ROWS)
     assert [s["id"] for s in skipped] == ["srcc-1"] and "without a concurrency" in skipped[0]["reason"]
-    folds = fit.loso(its)
+    folds = loso(its)
     assert [f.source for f in folds] == ["srca", "srcb"]
     for f in folds:
         assert set(f.held_ids) == {it.id for it in its if it.id.startswith(f.source)}
@@ -52,6 +53,22 @@ def test_held_out_rows_are_never_fitted_on_and_unpredictable_rows_are_listed():
         for k, (v, lo, hi) in fit.parameters().items():
             assert lo <= f.fit.params[k] <= hi
     assert calibration() is _calibration_file()  # nothing left overridden
+
+
+def test_folds_fitted_in_parallel_are_the_folds_fitted_one_by_one_and_each_is_reported():
+    """``--jobs``: the folds are independent, so forked workers fit them at once; they come
+    back in order with the same parameters and predictions, and each is reported as it ends
+    (a LOSO of the two fitting files takes an hour on one core)."""
+    from bench import fit
+    from bench.loso import loso
+
+    its, _ = fit.items(ROWS)
+    lines: list[str] = []
+    serial, parallel = loso(its), loso(its, jobs=2, progress=lines.append)
+    assert [f.source for f in parallel] == [f.source for f in serial]
+    for a, b in zip(serial, parallel, strict=True):
+        assert a.fit.params == b.fit.params and a.predictions == b.predictions
+    assert len(lines) == 2 and lines[0].startswith("LOSO fold 1/2 (srca: 2 rows held out, fitted on 2")
 
 
 def test_calibrated_overrides_only_inside_the_block():
