@@ -115,8 +115,10 @@ def resolve(row: dict):
 
     # The checkpoint itself when knee knows it (an FP8 alias carries its block scaling, as a
     # user's ``knee estimate`` of that name would), else the architecture the row names.
-    ref = row["model"] if row.get("architecture_of") and bundled_config(row["model"]) is not None else row.get("architecture_of") or row["model"]
-    cfg = bundled_config(ref)
+    ref, cfg = row["model"], bundled_config(row["model"])
+    if cfg is None and row.get("architecture_of"):
+        ref = row["architecture_of"]
+        cfg = bundled_config(ref)
     if cfg is None:
         return ref, None, None
     return ref, cfg, arch_from_config(dict(cfg), name=ref, precision=row.get("precision"))

@@ -68,10 +68,10 @@ def decode_state(shape: Shape, cm: CostModel, budget: int, cached: float, lam: f
         gap = float(n_t.sum()) / tokens if tokens > 0 else float(tpots[0])
         return float(np.interp(gap, tpots, sizes))
 
-    cycle = steady_state(shape, cm, max(steady_n, 1e-3), budget, cached, poisson=True).cycle
-    if n_run / lam >= _LONG_RUN * cycle:
-        # A run this long holds the steady batch: its share is 1 (the fluid's batch grows
-        # with the run's span), so the fluid need not run.
-        return steady_state(shape, cm, max(min(steady_n, n_run), 1e-3), budget, cached, poisson=True)
-    share = min(held(n_run / lam) / max(held(_LONG_RUN * cycle), 1e-3), 1.0)
-    return steady_state(shape, cm, max(min(steady_n * share, n_run), 1e-3), budget, cached, poisson=True)
+    steady = steady_state(shape, cm, max(steady_n, 1e-3), budget, cached, poisson=True)
+    cycle = steady.cycle
+    # A run at least that long holds the steady batch: its share is 1 (the fluid's batch
+    # grows with the run's span), so the fluid need not run.
+    share = 1.0 if n_run / lam >= _LONG_RUN * cycle else min(held(n_run / lam) / max(held(_LONG_RUN * cycle), 1e-3), 1.0)
+    n = max(min(steady_n * share, n_run), 1e-3)
+    return steady if n == max(steady_n, 1e-3) else steady_state(shape, cm, n, budget, cached, poisson=True)
