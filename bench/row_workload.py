@@ -63,6 +63,27 @@ def stopped_early(row: dict) -> float | None:
     return generated if generated < 0.9 * cap else None
 
 
+# A source that says its client ignored EOS (iogbench writes "no --ignore-eos": not that).
+_IGNORES_EOS = re.compile(r"(?<!no )(?<!without )--ignore[-_]eos")
+_VLLM_SERVING_BENCH = re.compile(r"benchmark_serving|bench serve")
+_EOS_IGNORING_BENCH = re.compile(r"benchmark_throughput|bench throughput|sglang\.bench_serving|bench_serving\.py")
+
+
+def answers_to_eos(row: dict) -> bool:
+    """Whether the row's ShareGPT answers ended at the model's EOS (each capped at its
+    conversation's reply length): vLLM's serving benchmark sends ``ignore_eos`` only when
+    asked (``--ignore-eos``), while SGLang's ``bench_serving`` (unless
+    ``--disable-ignore-eos``) and vLLM's throughput benchmark ignore EOS, so their answers are
+    the replies' own lengths. A source that names no client keeps the replies' lengths,
+    knee's own client's default."""
+    src = (row.get("source") or "") + " " + (row.get("notes") or "")
+    if "disable-ignore-eos" in src or "disable_ignore_eos" in src:
+        return True
+    if _IGNORES_EOS.search(src) or _EOS_IGNORING_BENCH.search(src):
+        return False
+    return _VLLM_SERVING_BENCH.search(src) is not None
+
+
 def assumed_lengths(row: dict) -> list[str]:
     """Which of the row's mean lengths its source does not publish ("input", "output"): the
     benches assume ShareGPT's there, so its error measures the guess as much as knee."""
@@ -107,7 +128,7 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
     if "llmperf" in src:
         return LengthDist(kind="normal", mean=mean, std=150.0 if which == "input" else 10.0)
     if row["workload"].get("dataset") == "sharegpt":
-        return sharegpt_input(mean) if which == "input" else sharegpt_output(mean, other)
+        return sharegpt_input(mean) if which == "input" else sharegpt_output(mean, other, answers_to_eos(row))
     if "ShareGPT" in src:  # multi-turn or unfiltered: the shape without the single-turn cut
         return lognormal(mean, SHAREGPT_SIGMA)
     m = _STATED_SPREAD.search(src)

@@ -338,3 +338,29 @@ def test_a_row_of_a_checkpoint_knee_knows_is_predicted_as_that_checkpoint():
     # A checkpoint knee does not know keeps the architecture the row names.
     ref, _, arch = resolve({**row, "model": "acme/Qwen3-14B-FP8-private"})
     assert ref == "Qwen/Qwen3-14B" and not arch.quantization.block_scaled
+
+
+def test_a_sharegpt_run_reads_answers_at_eos_only_where_its_client_let_the_model_stop():
+    """``vllm bench serve`` sends ``ignore_eos`` only when asked, so its ShareGPT answers end
+    at the model's EOS (the measured shape, whose longest answer is half the replies'); SGLang's
+    ``bench_serving`` and vLLM's throughput benchmark ignore EOS (the replies' own lengths),
+    and so does a source that names no client. "no --ignore-eos" is not ``--ignore-eos``."""
+    from bench.row_workload import answers_to_eos, lengths
+
+    wl = {**GOOD["workload"], "dataset": "sharegpt", "input_len": 215.0, "output_len": 200.0}
+    vllm = {**GOOD, "source": "https://example.org/post", "workload": wl, "notes": "vllm bench serve --dataset-name sharegpt, 200 prompts"}
+    cases = {
+        "vllm bench serve --dataset-name sharegpt, 200 prompts": True,
+        "benchmark_serving.py, no --ignore-eos (generation may stop at EOS)": True,
+        "benchmark_serving.py --ignore-eos": False,
+        "python -m sglang.bench_serving --dataset-name sharegpt": False,
+        "python -m sglang.bench_serving --disable-ignore-eos": True,
+        "benchmark_throughput.py: 200 ShareGPT prompts": False,
+        "a blog's table": False,
+    }
+    for notes, to_eos in cases.items():
+        assert answers_to_eos({**vllm, "notes": notes}) is to_eos, notes
+    at_eos = lengths(vllm, 200.0, "output", 215.0)
+    replies = lengths({**vllm, "notes": "sglang.bench_serving"}, 200.0, "output", 215.0)
+    assert at_eos.mean == pytest.approx(200.0, rel=0.01) and replies.mean == pytest.approx(200.0, rel=0.01)
+    assert max(at_eos.values) < 0.6 * max(replies.values)

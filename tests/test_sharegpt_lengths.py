@@ -66,3 +66,23 @@ def test_sim_sweep_on_sharegpt_runs_without_a_file_and_requests_vary(tmp_path):
     assert point.status == "ok" and point.summary["completed"] == 100
     osl = [r["osl"] for r in store.records(name, point.point_id)]
     assert len(set(osl)) > 20 and max(osl) > 3 * (sum(osl) / len(osl))  # ShareGPT's spread, not one length
+
+
+def test_answers_that_end_at_eos_keep_the_measured_body_and_a_tail_past_its_longest():
+    """The bundled answers one model generated to EOS (sharegpt_lengths.json, 200 of them):
+    scaled to a mean, its median and its 90th percentile are the sample's, and above that it
+    decays as its own top tenth does: the longest of 256 quantiles lies past the sample's
+    longest (3.7x its mean) but far short of the replies' log-normal (over 8x)."""
+    import json
+
+    from core.spec.lengths import MEASURED_LENGTHS
+
+    sample = sorted(json.loads(MEASURED_LENGTHS.read_text())["output_lens"])
+    mean = sum(sample) / len(sample)
+    _, eos = sharegpt(output_mean=200, to_eos=True)
+    _, replies = sharegpt(output_mean=200)
+    vals = sorted(eos.values)
+    assert eos.kind == "empirical" and eos.mean == pytest.approx(200, rel=0.01)
+    assert vals[len(vals) // 2] / 200 == pytest.approx(sample[len(sample) // 2] / mean, rel=0.05)
+    assert vals[int(0.9 * len(vals))] / 200 == pytest.approx(sample[int(0.9 * len(sample))] / mean, rel=0.05)
+    assert sample[-1] / mean < vals[-1] / 200 < 6.0 < 8.0 < max(replies.values) / 200

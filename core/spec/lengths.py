@@ -11,22 +11,36 @@ the prompts' text). The distribution:
 - means: 230.969 prompt and 194.523 output tokens, KubeAI's 1000-prompt ShareGPT run with the
   Llama-3 tokenizer (the calibration file's kubeai rows); GPUStack's 1000-prompt runs with
   the Qwen3 tokenizer give 217.4 / 201.6 (bench/data/published.jsonl), within 7%;
-- shape: log-normal with sigma 1 (ShareGPT's conversations are heavy-tailed: a median well
+- prompts: log-normal with sigma 1 (ShareGPT's conversations are heavy-tailed: a median well
   under the mean and a long tail of long requests), 256 deterministic quantiles so every run
   sees the same lengths;
+- answers, two shapes, by whether the client lets the model stop (``to_eos``):
+  - the conversations' own reply lengths (knee's client, SGLang's ``bench_serving`` and vLLM's
+    throughput benchmark send ``ignore_eos``): the same log-normal;
+  - answers the model ended at its EOS, each capped at its reply's length (``vllm bench serve``
+    without ``--ignore-eos``, its default): measured, not assumed. ``sharegpt_lengths.json``
+    holds the 200 answer lengths of a published run of that client (Llama-3.3-70B-Instruct):
+    a fifth under 20 tokens, the median 0.73x the mean, the longest 3.7x (780 tokens), where
+    the log-normal's longest of 200 is 8-9x (1,600-1,800). The longest answer decodes nearly
+    alone at the end of a finite run and sets how long it drains. Above the sample's 90th
+    percentile the shape goes on as an exponential tail with the sample's own mean excess,
+    so the longest of a 1,000-prompt run is longer than the longest of 200
+    (:func:`_measured_shape`);
 - cut where ``vllm bench serve`` and SGLang's ``bench_serving`` filter single-turn ShareGPT:
-  prompts over 1024 tokens and requests over 2048 in all are dropped. The tail matters: the
-  longest requests decode nearly alone at the end of a burst and set how long it drains.
+  prompts over 1024 tokens and requests over 2048 in all are dropped.
 
-Not measured here: the exact quantiles of ShareGPT V3 (the file is not bundled and nothing
-here reaches the network); the bench rows that use this shape (``bench/rows.py``) are where
-its effect on predictions is checked.
+Not measured here: the exact quantiles of ShareGPT V3's prompts and replies (the file is not
+bundled and nothing here reaches the network), and other models' answers to the same prompts
+(a model that rarely stops before the cap, such as a reasoning model, answers closer to the
+replies' own lengths).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from functools import lru_cache
+from pathlib import Path
 from statistics import NormalDist
 
 from core.spec.workload import LengthDist
@@ -37,6 +51,7 @@ SHAREGPT_SIGMA = 1.0
 SHAREGPT_MAX_PROMPT = 1024
 SHAREGPT_MAX_TOTAL = 2048
 QUANTILES = 256
+MEASURED_LENGTHS = Path(__file__).with_name("sharegpt_lengths.json")
 
 
 @lru_cache(maxsize=1024)
@@ -56,6 +71,53 @@ def lognormal(mean: float, sigma: float, cut: float | None = None) -> LengthDist
     return LengthDist(kind="empirical", mean=sum(ints) / len(ints), values=ints)
 
 
+@lru_cache(maxsize=1)
+def _measured_shape() -> tuple[float, ...]:
+    """The bundled run's answer lengths at :data:`QUANTILES` quantiles, over their mean: the
+    sample's own quantiles (its i-th sorted value at
+    plotting position (i + 0.5) / n, linearly between) up to the 90th percentile, and above
+    it an exponential tail with the sample's mean excess over that percentile. 200 lengths
+    say little about the longest of 1,000, which is what a 1,000-prompt burst waits for:
+    the tail goes on past the sample's largest as its top tenth decays."""
+    sample = json.loads(MEASURED_LENGTHS.read_text())["output_lens"]
+    n, mean = len(sample), sum(sample) / len(sample)
+
+    def empirical(p: float) -> float:
+        pos = min(max(p * n - 0.5, 0.0), n - 1.0)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        return sample[lo] + (pos - lo) * (sample[hi] - sample[lo])
+
+    knee_p = 0.9
+    q90 = empirical(knee_p)
+    above = [v for v in sample if v > q90]
+    excess = sum(above) / len(above) - q90 if above else 0.0
+    out = []
+    for k in range(QUANTILES):
+        p = (k + 0.5) / QUANTILES
+        v = empirical(p) if p <= knee_p else q90 + excess * math.log((1.0 - knee_p) / (1.0 - p))
+        out.append(v / mean)
+    return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def answers_to_eos(mean: float, cut: float) -> LengthDist:
+    """The measured shape of ShareGPT answers that end at EOS (:func:`_measured_shape`)
+    scaled to ``mean``, cut at ``cut`` (the scale raised until the cut values' mean is back
+    at ``mean``)."""
+    shape = _measured_shape()
+    scale = mean
+    vals = [mean] * QUANTILES
+    for _ in range(30):
+        vals = [min(cut, max(1.0, scale * x)) for x in shape]
+        got = sum(vals) / len(vals)
+        if abs(got - mean) < 1e-3 * mean or min(vals) >= cut:
+            break
+        scale *= mean / got
+    ints = tuple(int(max(1, round(v))) for v in vals)
+    return LengthDist(kind="empirical", mean=sum(ints) / len(ints), values=ints)
+
+
 def sharegpt_input(mean: float | None = None) -> LengthDist:
     """ShareGPT-like prompt lengths about ``mean`` (default the bundled mean), cut at 1024."""
     i = float(mean or SHAREGPT_INPUT_MEAN)
@@ -64,15 +126,20 @@ def sharegpt_input(mean: float | None = None) -> LengthDist:
     return lognormal(i, SHAREGPT_SIGMA, float(SHAREGPT_MAX_PROMPT))
 
 
-def sharegpt_output(mean: float | None = None, input_mean: float | None = None) -> LengthDist:
+def sharegpt_output(mean: float | None = None, input_mean: float | None = None, to_eos: bool = False) -> LengthDist:
     """ShareGPT-like output lengths about ``mean``; the cut leaves room for the prompt's mean
-    within the 2048-token request."""
+    within the 2048-token request. ``to_eos``: answers the model ended at its EOS, up to the
+    conversation's reply length (a client that does not ignore EOS: ``vllm bench serve``'s
+    default), the measured shape; else the replies' own lengths (knee's client, SGLang's
+    ``bench_serving`` and vLLM's throughput benchmark ignore EOS), the log-normal."""
     o = float(mean or SHAREGPT_OUTPUT_MEAN)
     cut = max(4.0, SHAREGPT_MAX_TOTAL - float(input_mean or SHAREGPT_INPUT_MEAN))
-    return LengthDist.of(o) if o >= cut else lognormal(o, SHAREGPT_SIGMA, cut)
+    if o >= cut:
+        return LengthDist.of(o)
+    return answers_to_eos(o, cut) if to_eos else lognormal(o, SHAREGPT_SIGMA, cut)
 
 
-def sharegpt(input_mean: float | None = None, output_mean: float | None = None) -> tuple[LengthDist, LengthDist]:
+def sharegpt(input_mean: float | None = None, output_mean: float | None = None, to_eos: bool = False) -> tuple[LengthDist, LengthDist]:
     """ShareGPT-like (prompt, output) length distributions (see the module docstring), with
     other means where given."""
-    return sharegpt_input(input_mean), sharegpt_output(output_mean, input_mean)
+    return sharegpt_input(input_mean), sharegpt_output(output_mean, input_mean, to_eos)
