@@ -79,6 +79,23 @@ def test_no_gpu_p2p_all_reduces_through_the_host(tmp_path):
     )
 
 
+def test_no_ignore_eos_reads_sharegpt_answers_at_eos():
+    """--no-ignore-eos (a client like ``vllm bench serve`` by default): ShareGPT answers end at
+    the model's EOS, whose measured longest is half the replies' own, so the p99 E2E at a
+    busy concurrency is shorter with the same means and throughput; the text and the JSON say
+    which."""
+    args = ("estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-SXM", "--dataset", "sharegpt", "--concurrency", "64")
+    replies, at_eos = knee(*args, "--json"), knee(*args, "--json", "--no-ignore-eos")
+    assert replies.returncode == 0 and at_eos.returncode == 0, at_eos.stderr
+    r, e = json.loads(replies.stdout), json.loads(at_eos.stdout)
+    assert (r["workload"]["ignore_eos"], e["workload"]["ignore_eos"]) == (True, False)
+    assert e["workload"]["output_len"] == pytest.approx(r["workload"]["output_len"], rel=0.01)
+    pr, pe = r["configs"][0]["predictions"][0], e["configs"][0]["predictions"][0]
+    assert pe["req_per_s"] == pytest.approx(pr["req_per_s"], rel=0.05)
+    assert pe["e2e_s"]["p99"] < 0.8 * pr["e2e_s"]["p99"]
+    assert "answers end at EOS" in knee(*args, "--no-ignore-eos").stdout
+
+
 def test_tp_and_knobs_flags_and_plan_file(tmp_path):
     r = knee(
         "estimate",

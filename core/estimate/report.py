@@ -167,10 +167,12 @@ def estimate(
     engine: str | None = None,
     engine_version: str | None = None,
     stream_interval: int | None = None,
+    ignore_eos: bool = True,
 ) -> EstimateReport:
     """Estimate every TP x DP configuration of a plan (or of the arguments); ``gpu_p2p``
     False: the GPUs cannot reach each other peer-to-peer (the plan's setting when None);
-    ``stream_interval``: tokens per streamed message (the engine's ``--stream-interval``)."""
+    ``stream_interval``: tokens per streamed message (the engine's ``--stream-interval``);
+    ``ignore_eos`` False: the client lets the model stop, so ShareGPT answers end at EOS."""
     from core.catalog import load_model, resolve_hardware
 
     # The plan's goals and hardware apply when a plan is given, or when nothing is (the demo
@@ -207,8 +209,8 @@ def estimate(
     if workload is None and dataset == "sharegpt":
         # ShareGPT's bundled length shape (core/spec/lengths.py): no file is read; a given
         # --input-len/--output-len replaces that side's mean.
-        inp, out = sharegpt(input_len, output_len)
-        workload = Workload(input=inp, output=out, dataset="sharegpt", num_prompts=plan.num_prompts)
+        inp, out = sharegpt(input_len, output_len, to_eos=not ignore_eos)
+        workload = Workload(input=inp, output=out, dataset="sharegpt", num_prompts=plan.num_prompts, ignore_eos=ignore_eos)
     if workload is None:
         i = input_len if input_len is not None else plan.input_len
         o = output_len if output_len is not None else plan.output_len
@@ -317,6 +319,7 @@ def estimate(
             "range_ratio": range_ratio if range_ratio is not None else plan.range_ratio,
             "num_prompts": workload.num_prompts,
             "dataset": workload.dataset,
+            "ignore_eos": workload.ignore_eos,
         },
         engine=eng,
         engine_version=engine_version,

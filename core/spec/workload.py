@@ -71,6 +71,10 @@ class Workload(BaseModel):
     num_prompts: int = Field(default=1000, ge=1)
     warmup: int = Field(default=0, ge=0)
     seed: int = 0
+    # The client asks the server to ignore EOS, so every answer runs to its drawn length;
+    # False: the model may stop first (``vllm bench serve``'s default), and a ShareGPT
+    # answer ends at its EOS, capped at its reply's length (core/spec/lengths.py).
+    ignore_eos: bool = True
 
     @classmethod
     def fixed(cls, input_len: int, output_len: int, **kw) -> "Workload":

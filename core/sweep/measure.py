@@ -162,7 +162,9 @@ class HttpMeasurer:
         assert ctx.base_url is not None, "an HTTP measurement needs the running server's base_url"
         from core.sweep.converge import NOT_SENT, Convergence, EarlyStopTarget
 
-        inner = OpenAITarget(ctx.base_url, ctx.model, api=ctx.api, api_key=ctx.api_key, timeout_s=ctx.request_timeout_s)
+        inner = OpenAITarget(
+            ctx.base_url, ctx.model, api=ctx.api, api_key=ctx.api_key, timeout_s=ctx.request_timeout_s, ignore_eos=ctx.workload.ignore_eos
+        )
         conv = Convergence(ctx.load.concurrency) if ctx.early_stop else None
         target = EarlyStopTarget(inner, conv, ctx.cancel)
 

@@ -54,12 +54,13 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
     if osl < 1:
         raise BadInput(f"output length must be at least 1, got {osl}", "set client arg random_output_len or --output-len")
     ratio = c.get("random_range_ratio")
+    ignore_eos = not c.get("disable_ignore_eos", False)
     if dataset == "sharegpt":
         # The simulator and the estimator need only lengths: ShareGPT's bundled shape
         # (core/spec/lengths.py), the output's mean replaced where sharegpt_output_len (or
         # random_output_len) sets one; the load client still reads the file's prompts.
         out_mean = c.get("sharegpt_output_len", c.get("random_output_len"))
-        inp, out = sharegpt(c.get("random_input_len"), out_mean)
+        inp, out = sharegpt(c.get("random_input_len"), out_mean, to_eos=not ignore_eos)
         if out_mean is not None:
             out = LengthDist.of(osl)  # an output length the client enforces (ignore_eos)
     elif ratio is None or ratio >= 1.0:
@@ -86,6 +87,7 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
             num_prompts=num_prompts,
             warmup=int(c.get("warmup_requests", spec.warmup)),
             seed=int(c.get("seed", spec.seed)),
+            ignore_eos=ignore_eos,
         )
     except ValidationError as e:
         raise bad_input_from(e, "client arg ", _WORKLOAD_ARGS, Workload) from None

@@ -38,6 +38,11 @@ def register(sub) -> None:
         choices=("random", "sharegpt"),
         help="sharegpt: ShareGPT-like length spread, bundled (no file); --input-len/--output-len set its means",
     )
+    p.add_argument(
+        "--no-ignore-eos",
+        action="store_true",
+        help="the client lets the model stop at EOS (vllm bench serve's default): sharegpt answers take the measured shape of answers ended at EOS",
+    )
     p.add_argument("--concurrency", help="closed-loop concurrencies to predict, e.g. 1,8,32 (default 1..256)")
     p.add_argument("--constraints", help="SLOs in llm-optimizer's grammar, e.g. 'ttft:p95<500ms;e2e_latency:p99<60s'")
     p.add_argument("--max-num-batched-tokens", type=int, help="vLLM token budget per step (default: the engine's)")
@@ -114,6 +119,7 @@ def run(args) -> int:
         engine=args.engine,
         engine_version=args.engine_version,
         stream_interval=given("stream_interval"),
+        ignore_eos=not args.no_ignore_eos,
     )
     if from_plan and from_plan.notes():
         report = replace(report, notes=[*from_plan.notes(), *report.notes])
@@ -157,7 +163,7 @@ def format_report(r) -> str:
     wl = r.workload
     rr = f" (±{wl['range_ratio']:g})" if wl.get("range_ratio") else ""
     if wl.get("dataset") == "sharegpt":
-        rr = " (mean; ShareGPT-like spread, bundled)"
+        rr = " (mean; ShareGPT-like spread, bundled" + ("; answers end at EOS)" if wl.get("ignore_eos") is False else ")")
     out.append(
         f"workload: {wl['input_len']:.0f} in / {wl['output_len']:.0f} out tokens{rr}; engine {r.engine}"
         f"{' ' + r.engine_version if r.engine_version else ''}; constraints: {r.constraints or 'none'}"
