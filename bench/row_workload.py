@@ -105,7 +105,10 @@ def lengths(row: dict, mean: float, which: str, other: float | None = None):
       ShareGPT benchmarks (``vllm``/``sglang`` ``bench serve``) drop prompts over 1024 tokens
       and requests over 2048 in all, so the tail is cut there (``other`` is the mean length
       on the other side). The tail decides how long a burst takes to drain: the longest
-      requests decode nearly alone at the end of it;
+      requests decode nearly alone at the end of it. Answers that ended at the model's EOS
+      (:func:`answers_to_eos`: vLLM's serving benchmark without ``--ignore-eos``) take the
+      measured shape of such answers instead, whose longest is half the replies' own
+      (``core/spec/lengths.py``);
     - random lengths with a stated spread: uniform about the mean, +-N% where the source
       says so ("~20k input tokens (+-15% variance)": ``vllm bench serve``'s range ratio
       0.15), from 0 to twice the mean where SGLang's ``bench_serving`` drew them up to the

@@ -21,7 +21,8 @@ Every rule applies to every row the same way; nothing is keyed on a row id:
   (:func:`stated_kv_bytes`, :func:`utilization_leaving`).
 - lengths: the row's means; ShareGPT rows with none use the ShareGPT means with a Llama-3
   tokenizer (231 in / 195 out, from KubeAI's 1000-prompt run). Spreads where the source's
-  client documents them or the source states them (:func:`lengths`).
+  client documents them or the source states them (:func:`lengths`); ShareGPT answers at
+  the model's EOS where the client let it stop (:func:`bench.row_workload.answers_to_eos`).
 - inference-perf's shared_prefix workloads: a pool of 100 prompts cycled, which the prefix
   cache serves whole while it holds them (:func:`prompt_pool`, :func:`pool_resident`); the
   prompt a one-prompt vLLM/SGLang benchmark sent as its test run (:func:`first_prompt_cached`)
