@@ -94,6 +94,8 @@ def test_no_ignore_eos_reads_sharegpt_answers_at_eos():
     assert pe["req_per_s"] == pytest.approx(pr["req_per_s"], rel=0.05)
     assert pe["e2e_s"]["p99"] < 0.8 * pr["e2e_s"]["p99"]
     assert "answers end at EOS" in knee(*args, "--no-ignore-eos").stdout
+    fixed = knee("estimate", "--model", "Qwen/Qwen3-4B", "--gpu", "H100-SXM", "--concurrency", "8", "--json", "--no-ignore-eos")
+    assert fixed.returncode == 0 and json.loads(fixed.stdout)["workload"]["ignore_eos"] is False
 
 
 def test_tp_and_knobs_flags_and_plan_file(tmp_path):

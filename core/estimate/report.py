@@ -216,7 +216,7 @@ def estimate(
         o = output_len if output_len is not None else plan.output_len
         r = range_ratio if range_ratio is not None else plan.range_ratio
         dist = (lambda m: LengthDist(kind="uniform", mean=m, range_ratio=r)) if r else LengthDist.of
-        workload = Workload(input=dist(i), output=dist(o), num_prompts=plan.num_prompts)
+        workload = Workload(input=dist(i), output=dist(o), num_prompts=plan.num_prompts, ignore_eos=ignore_eos)
     slo = constraints if isinstance(constraints, SLO) else parse_constraints(constraints if constraints is not None else plan.constraints)
     engine_version = engine_version or plan.engine_version
     eng = (engine or plan.engine or "vllm").lower()

@@ -54,31 +54,37 @@ QUANTILES = 256
 MEASURED_LENGTHS = Path(__file__).with_name("sharegpt_lengths.json")
 
 
-@lru_cache(maxsize=1024)
-def lognormal(mean: float, sigma: float, cut: float | None = None) -> LengthDist:
-    """A log-normal length distribution as :data:`QUANTILES` quantiles, cut at ``cut`` and
-    scaled so its mean is ``mean`` (a benchmark's measured mean is after its own filter)."""
-    z = [NormalDist().inv_cdf((k + 0.5) / QUANTILES) for k in range(QUANTILES)]
-    median = mean / math.exp(sigma**2 / 2)
-    vals = [mean] * QUANTILES
-    for _ in range(30):  # the cut lowers the mean: raise the median until it is back
-        vals = [min(cut or math.inf, max(1.0, median * math.exp(sigma * x))) for x in z]
+def _scaled_to_mean(unit: tuple[float, ...], mean: float, scale: float, cut: float | None) -> LengthDist:
+    """``unit`` (one length per quantile) times ``scale``, at least 1 and cut at ``cut``,
+    the scale raised until the cut values' mean is back at ``mean`` (a benchmark's measured
+    mean is after its own filter), as whole tokens."""
+    vals = [mean] * len(unit)
+    for _ in range(30):
+        vals = [min(cut or math.inf, max(1.0, scale * u)) for u in unit]
         got = sum(vals) / len(vals)
         if abs(got - mean) < 1e-3 * mean or (cut and min(vals) >= cut):
             break
-        median *= mean / got
+        scale *= mean / got
     ints = tuple(int(max(1, round(v))) for v in vals)
     return LengthDist(kind="empirical", mean=sum(ints) / len(ints), values=ints)
+
+
+@lru_cache(maxsize=1024)
+def lognormal(mean: float, sigma: float, cut: float | None = None) -> LengthDist:
+    """A log-normal length distribution as :data:`QUANTILES` quantiles, cut at ``cut`` and
+    scaled so its mean is ``mean``."""
+    unit = tuple(math.exp(sigma * NormalDist().inv_cdf((k + 0.5) / QUANTILES)) for k in range(QUANTILES))
+    return _scaled_to_mean(unit, mean, mean / math.exp(sigma**2 / 2), cut)
 
 
 @lru_cache(maxsize=1)
 def _measured_shape() -> tuple[float, ...]:
     """The bundled run's answer lengths at :data:`QUANTILES` quantiles, over their mean: the
-    sample's own quantiles (its i-th sorted value at
-    plotting position (i + 0.5) / n, linearly between) up to the 90th percentile, and above
-    it an exponential tail with the sample's mean excess over that percentile. 200 lengths
-    say little about the longest of 1,000, which is what a 1,000-prompt burst waits for:
-    the tail goes on past the sample's largest as its top tenth decays."""
+    sample's own quantiles (its i-th sorted value at plotting position (i + 0.5) / n,
+    linearly between) up to the 90th percentile, and above it an exponential tail with the
+    sample's mean excess over that percentile. 200 lengths say little about the longest of
+    1,000, which is what a 1,000-prompt burst waits for: the tail goes on past the sample's
+    largest as its top tenth decays."""
     sample = json.loads(MEASURED_LENGTHS.read_text())["output_lens"]
     n, mean = len(sample), sum(sample) / len(sample)
 
@@ -101,21 +107,10 @@ def _measured_shape() -> tuple[float, ...]:
 
 
 @lru_cache(maxsize=1024)
-def answers_to_eos(mean: float, cut: float) -> LengthDist:
+def answers_at_eos(mean: float, cut: float) -> LengthDist:
     """The measured shape of ShareGPT answers that end at EOS (:func:`_measured_shape`)
-    scaled to ``mean``, cut at ``cut`` (the scale raised until the cut values' mean is back
-    at ``mean``)."""
-    shape = _measured_shape()
-    scale = mean
-    vals = [mean] * QUANTILES
-    for _ in range(30):
-        vals = [min(cut, max(1.0, scale * x)) for x in shape]
-        got = sum(vals) / len(vals)
-        if abs(got - mean) < 1e-3 * mean or min(vals) >= cut:
-            break
-        scale *= mean / got
-    ints = tuple(int(max(1, round(v))) for v in vals)
-    return LengthDist(kind="empirical", mean=sum(ints) / len(ints), values=ints)
+    scaled to ``mean``, cut at ``cut``."""
+    return _scaled_to_mean(_measured_shape(), mean, mean, cut)
 
 
 def sharegpt_input(mean: float | None = None) -> LengthDist:
@@ -136,7 +131,7 @@ def sharegpt_output(mean: float | None = None, input_mean: float | None = None, 
     cut = max(4.0, SHAREGPT_MAX_TOTAL - float(input_mean or SHAREGPT_INPUT_MEAN))
     if o >= cut:
         return LengthDist.of(o)
-    return answers_to_eos(o, cut) if to_eos else lognormal(o, SHAREGPT_SIGMA, cut)
+    return answers_at_eos(o, cut) if to_eos else lognormal(o, SHAREGPT_SIGMA, cut)
 
 
 def sharegpt(input_mean: float | None = None, output_mean: float | None = None, to_eos: bool = False) -> tuple[LengthDist, LengthDist]:
