@@ -142,6 +142,18 @@ def test_json_result_alone_on_stdout(aws, runtime, capsys, tmp_path):
     assert _leftovers(aws) == NOTHING
 
 
+def test_the_measured_requests_take_the_ranked_length_shape(aws, runtime, capsys, tmp_path):
+    """The finalists are measured on the lengths they were ranked on: 8 output tokens within
+    ±50% are asked for as 4-12, not all as 8."""
+    argv = _measure_args(tmp_path, "--json", "--range-ratio", "0.5")
+    argv[argv.index("--measure") + 1] = "1"
+    rc, out, err = _cli(argv, capsys)
+    assert rc == 0, err
+    assert json.loads(out)["leftovers"] == [] and _leftovers(aws) == NOTHING
+    asked = [i["max_tokens"] for i in runtime.invocations if i["kind"] == "lmi"]
+    assert len(asked) >= 6 and min(asked) >= 4 and max(asked) <= 12 and len(set(asked)) > 3
+
+
 def test_failure_in_the_second_deployment_leaves_nothing(aws, runtime, capsys, tmp_path, monkeypatch):
     """moto refuses to create the second finalist's endpoint (the server runs in this process,
     so its backend is wrapped here): the run fails (exit 1) and every endpoint is gone."""

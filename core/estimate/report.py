@@ -22,11 +22,11 @@ from core.estimate.track_record import lookup as track_record_of
 from core.estimate.suggest import Suggestion, batched_tokens_values, concurrency_values, render, seqs_values
 from core.spec.hardware import Hardware
 from core.spec.model import ModelArch
-from core.spec.lengths import sharegpt
+from core.spec.lengths import request_lengths
 from core.spec.plan import Plan
 from core.spec.serving import ServerConfig
 from core.spec.slo import SLO, parse_constraints
-from core.spec.workload import LengthDist, Workload
+from core.spec.workload import Workload
 
 DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # Engines a plan may name that knee predicts as a vLLM server (the simulator plays vLLM).
@@ -167,12 +167,13 @@ def estimate(
     engine: str | None = None,
     engine_version: str | None = None,
     stream_interval: int | None = None,
-    ignore_eos: bool = True,
+    ignore_eos: bool | None = None,
 ) -> EstimateReport:
     """Estimate every TP x DP configuration of a plan (or of the arguments); ``gpu_p2p``
     False: the GPUs cannot reach each other peer-to-peer (the plan's setting when None);
     ``stream_interval``: tokens per streamed message (the engine's ``--stream-interval``);
-    ``ignore_eos`` False: the client lets the model stop, so ShareGPT answers end at EOS."""
+    ``ignore_eos`` False: the client lets the model stop, so ShareGPT answers end at EOS (None:
+    the plan's setting)."""
     from core.catalog import load_model, resolve_hardware
 
     # The plan's goals and hardware apply when a plan is given, or when nothing is (the demo
@@ -206,17 +207,18 @@ def estimate(
     dataset = dataset or plan.dataset
     if dataset not in ("random", "sharegpt", "shared-prefix", "corpus"):
         raise BadInput(f"unknown dataset {dataset!r}", "use random or sharegpt")
+    ignore_eos = plan.ignore_eos if ignore_eos is None else ignore_eos
     if workload is None and dataset == "sharegpt":
         # ShareGPT's bundled length shape (core/spec/lengths.py): no file is read; a given
         # --input-len/--output-len replaces that side's mean.
-        inp, out = sharegpt(input_len, output_len, to_eos=not ignore_eos)
+        inp, out = request_lengths("sharegpt", input_len, output_len, ignore_eos=ignore_eos)
         workload = Workload(input=inp, output=out, dataset="sharegpt", num_prompts=plan.num_prompts, ignore_eos=ignore_eos)
     if workload is None:
         i = input_len if input_len is not None else plan.input_len
         o = output_len if output_len is not None else plan.output_len
         r = range_ratio if range_ratio is not None else plan.range_ratio
-        dist = (lambda m: LengthDist(kind="uniform", mean=m, range_ratio=r)) if r else LengthDist.of
-        workload = Workload(input=dist(i), output=dist(o), num_prompts=plan.num_prompts, ignore_eos=ignore_eos)
+        inp, out = request_lengths("random", i, o, r)
+        workload = Workload(input=inp, output=out, num_prompts=plan.num_prompts, ignore_eos=ignore_eos)
     slo = constraints if isinstance(constraints, SLO) else parse_constraints(constraints if constraints is not None else plan.constraints)
     engine_version = engine_version or plan.engine_version
     eng = (engine or plan.engine or "vllm").lower()
@@ -380,4 +382,5 @@ def _suggest(
         why=why,
         dataset=wl.dataset,
         stream_intervals=intervals,
+        ignore_eos=wl.ignore_eos,
     )

@@ -100,6 +100,7 @@ def render(
     why: list[str],
     dataset: str = "random",
     stream_intervals: list[int] | None = None,
+    ignore_eos: bool = True,
 ) -> Suggestion:
     pairs = ",".join(f"({t},{d})" for t, d in tp_dp)
     server = (
@@ -131,6 +132,10 @@ def render(
     )
     if dataset == "sharegpt":  # llm-optimizer's default dataset is ShareGPT
         lo_client = f"dataset_name=sharegpt;max_concurrency=[{conc}];num_prompts={num_prompts}"
+    if not ignore_eos:
+        # The plan lets the model stop: both clients must too, or they measure other answers.
+        knee_client += ";disable_ignore_eos=true"
+        lo_client += ";disable_ignore_eos=true"
     cons = f" --constraints {shlex.quote(constraints)}" if constraints else ""
     knee_cmd = (
         f"knee sweep --model {shlex.quote(model)} {hardware_flags} --server-args {shlex.quote(server)} --client-args {shlex.quote(knee_client)}{cons}"

@@ -320,7 +320,11 @@ def measure(
     rows = []
     status = "failed"
     # Prompts first: nothing is billed yet, and a problem here creates nothing.
-    wl = Workload.fixed(int(req.input_len), int(req.output_len), num_prompts=opts.max_prompts)
+    # The ranked requests' lengths, as random tokens: a ShareGPT plan is measured on its shape
+    # (the file's text is not needed to load an endpoint), each answer held to its drawn length
+    # (ignore_eos), so the lengths measured are the lengths predicted.
+    inp, out = req.lengths()
+    wl = Workload(input=inp, output=out, num_prompts=opts.max_prompts)
     prompts = make_prompts(wl, load_tokenizer(req.model))
     try:
         _deploy_all(finals, clients, opts, ops, cancel, say, protect)

@@ -33,6 +33,32 @@ class RecommendRequest:
     allow_quantization: bool = False
     engine: str = "vllm"
     region: str | None = None  # prices of this region (None: the bundled us-east-1 ones)
+    # The requests' shape (core.spec.lengths.request_lengths): fixed or uniform lengths about
+    # input_len / output_len, or ShareGPT's bundled shape about them; ignore_eos False lets
+    # the model stop (ShareGPT answers end at EOS).
+    dataset: Literal["random", "sharegpt"] = "random"
+    range_ratio: float = 0.0
+    ignore_eos: bool = True
+
+    def lengths(self):
+        """(prompt, output) :class:`LengthDist` of the requests ranked and measured."""
+        from core.spec.lengths import request_lengths
+
+        for name, v in (("--input-len", self.input_len), ("--output-len", self.output_len)):
+            if not v > 0:
+                raise BadInput(f"{name} must be positive, got {v:g}")
+        if not 0.0 <= self.range_ratio <= 1.0:
+            raise BadInput(f"--range-ratio must be in [0, 1], got {self.range_ratio:g}")
+        return request_lengths(self.dataset, self.input_len, self.output_len, self.range_ratio, self.ignore_eos)
+
+    @property
+    def workload_label(self) -> str:
+        """The requests in words, for a report's first line."""
+        if self.dataset == "sharegpt":
+            eos = "; answers end at EOS" if not self.ignore_eos else ""
+            return f"ShareGPT-like lengths (means {self.input_len:g} in / {self.output_len:g} out{eos})"
+        spread = f" ±{self.range_ratio:.0%}" if self.range_ratio else ""
+        return f"{self.input_len:g} in / {self.output_len:g} out{spread}"
 
 
 @dataclass(frozen=True)
@@ -115,6 +141,9 @@ class Recommendation:
             "model": q.model,
             "input_len": q.input_len,
             "output_len": q.output_len,
+            "dataset": q.dataset,
+            "range_ratio": q.range_ratio,
+            "ignore_eos": q.ignore_eos,
             "constraints": q.constraints,
             "goal": q.goal,
             "target_rps": q.target_rps,
@@ -158,6 +187,7 @@ def recommend(req: RecommendRequest) -> Recommendation:
 
     if req.target_rps is not None and req.target_rps <= 0:
         raise BadInput(f"--target-rps must be positive, got {req.target_rps:g}")
+    req.lengths()  # a bad shape fails here, before any instance is estimated
     names = select_instances(req.instances)
     from core.catalog.hardware import instances_in, regions
 
@@ -184,6 +214,9 @@ def recommend(req: RecommendRequest) -> Recommendation:
                 hardware=hw,
                 input_len=req.input_len,
                 output_len=req.output_len,
+                dataset=req.dataset,
+                range_ratio=req.range_ratio,
+                ignore_eos=req.ignore_eos,
                 constraints=req.constraints,
                 concurrency=[1],
                 engine=req.engine,

@@ -138,3 +138,34 @@ def sharegpt(input_mean: float | None = None, output_mean: float | None = None, 
     """ShareGPT-like (prompt, output) length distributions (see the module docstring), with
     other means where given."""
     return sharegpt_input(input_mean), sharegpt_output(output_mean, input_mean, to_eos)
+
+
+def answers_capped(cap: float, input_mean: float | None = None) -> LengthDist:
+    """ShareGPT answers that end at EOS or at ``cap`` tokens, whichever comes first: a client
+    that fixes every request's ``max_tokens`` (``--sharegpt-output-len``) and lets the model
+    stop. The bundled EOS shape at its own mean, each answer cut at the cap (the mean falls
+    below the cap's; nothing is rescaled: the model's answers do not lengthen because the
+    cap is higher than a reply)."""
+    natural = sharegpt_output(None, input_mean, to_eos=True)
+    vals = tuple(min(int(cap), v) for v in (natural.values or (int(natural.mean),)))
+    return LengthDist(kind="empirical", mean=sum(vals) / len(vals), values=vals)
+
+
+def request_lengths(
+    dataset: str, input_len: float | None, output_len: float | None, range_ratio: float = 0.0, ignore_eos: bool = True
+) -> tuple[LengthDist, LengthDist]:
+    """The (prompt, output) lengths a plan's workload stands for: ShareGPT's bundled shape
+    about the given means (None: the bundled ones; answers at EOS where the client lets the
+    model stop), else
+    ``input_len`` / ``output_len`` fixed or uniform within ``range_ratio``. One place, so the
+    estimate, the recommendation and a measured recommendation read the same requests."""
+    if dataset == "sharegpt":
+        return sharegpt(input_len, output_len, to_eos=not ignore_eos)
+    if input_len is None or output_len is None:
+        raise ValueError(f"{dataset} lengths need an input and an output length")
+    if range_ratio:
+        return (
+            LengthDist(kind="uniform", mean=input_len, range_ratio=range_ratio),
+            LengthDist(kind="uniform", mean=output_len, range_ratio=range_ratio),
+        )
+    return LengthDist.of(input_len), LengthDist.of(output_len)

@@ -42,6 +42,11 @@ class Plan(BaseModel):
     dataset_path: str | None = None
     num_prompts: int = Field(default=1000, ge=1)
     arrival: Literal["concurrency", "poisson", "constant", "gamma"] = "concurrency"
+    # True: the client sends ignore_eos, so every answer runs to its length (knee's client,
+    # SGLang's bench_serving). False: the model may stop first (`vllm bench serve`'s default,
+    # and production traffic): ShareGPT answers take the measured EOS shape, the sweep's
+    # client sends no ignore_eos, and random lengths are read as caps.
+    ignore_eos: bool = True
     # Goals: constraints in llm-optimizer's grammar, plus a throughput floor.
     constraints: str = "e2e_latency:p99<60s"
     min_request_rate: float | None = Field(default=5.0, ge=0)

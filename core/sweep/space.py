@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from core.errors import BadInput, bad_input_from
 from core.spec.serving import LoadPoint, ServerConfig
 from core.spec.study import SweepSpec, canonical_json, make_point_id
-from core.spec.lengths import sharegpt
+from core.spec.lengths import answers_capped, sharegpt
 from core.spec.workload import DatasetKind, LengthDist, Workload
 from core.tomlfile import read_toml
 from core.spec.server_args import SERVER_FIELDS as _SERVER_FIELDS, server_config  # noqa: F401
@@ -62,7 +62,9 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         out_mean = c.get("sharegpt_output_len", c.get("random_output_len"))
         inp, out = sharegpt(c.get("random_input_len"), out_mean, to_eos=not ignore_eos)
         if out_mean is not None:
-            out = LengthDist.of(osl)  # an output length the client enforces (ignore_eos)
+            # The client sets every request's max_tokens to it: with ignore_eos each answer
+            # runs that long; without, the model stops at its EOS or there.
+            out = LengthDist.of(osl) if ignore_eos else answers_capped(osl, c.get("random_input_len"))
     elif ratio is None or ratio >= 1.0:
         inp, out = LengthDist.of(isl), LengthDist.of(osl)
     else:

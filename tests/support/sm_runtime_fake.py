@@ -42,7 +42,7 @@ class RuntimeFake:
         self.knee = knee
         self.inflight = 0
         self.lock = threading.Lock()
-        self.invocations: list[dict] = []  # endpoint, inference_component, kind (lmi|openai)
+        self.invocations: list[dict] = []  # endpoint, inference_component, kind (lmi|openai), max_tokens
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -77,7 +77,7 @@ class RuntimeFake:
                 lmi = "inputs" in req
                 n = int(req["parameters"]["max_new_tokens"] if lmi else req.get("max_tokens") or 4)
                 with fake.lock:
-                    fake.invocations.append({"endpoint": parts[1], "inference_component": ic, "kind": "lmi" if lmi else "openai"})
+                    fake.invocations.append({"endpoint": parts[1], "inference_component": ic, "kind": "lmi" if lmi else "openai", "max_tokens": n})
                     fake.inflight += 1
                 try:
                     self.send_response(200)

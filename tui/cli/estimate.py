@@ -119,7 +119,7 @@ def run(args) -> int:
         engine=args.engine,
         engine_version=args.engine_version,
         stream_interval=given("stream_interval"),
-        ignore_eos=not args.no_ignore_eos,
+        ignore_eos=False if args.no_ignore_eos else None,  # None: the plan's
     )
     if from_plan and from_plan.notes():
         report = replace(report, notes=[*from_plan.notes(), *report.notes])
@@ -164,6 +164,9 @@ def format_report(r) -> str:
     rr = f" (±{wl['range_ratio']:g})" if wl.get("range_ratio") else ""
     if wl.get("dataset") == "sharegpt":
         rr = " (mean; ShareGPT-like spread, bundled" + ("; answers end at EOS)" if wl.get("ignore_eos") is False else ")")
+    elif wl.get("ignore_eos") is False:
+        # knee has no shape for where a random prompt's answer stops: the length is its cap.
+        rr += " (answers may end sooner at EOS: read as their caps)"
     out.append(
         f"workload: {wl['input_len']:.0f} in / {wl['output_len']:.0f} out tokens{rr}; engine {r.engine}"
         f"{' ' + r.engine_version if r.engine_version else ''}; constraints: {r.constraints or 'none'}"

@@ -20,6 +20,18 @@ def register(sub) -> None:
     p.add_argument("--plan", help="a plan TOML file (knee's Plan); flags override its fields")
     p.add_argument("--input-len", type=float, help="prompt tokens per request (default: the plan's, 1024)")
     p.add_argument("--output-len", type=float, help="output tokens per request (default: the plan's, 512)")
+    p.add_argument(
+        "--dataset",
+        choices=["random", "sharegpt"],
+        help="random: --input-len/--output-len fixed (or within --range-ratio); sharegpt: the bundled "
+        "ShareGPT-like shape, --input-len/--output-len its means (default: the plan's, random)",
+    )
+    p.add_argument("--range-ratio", type=float, help="random lengths uniform within ±this share of their mean (default: the plan's, 0)")
+    p.add_argument(
+        "--no-ignore-eos",
+        action="store_true",
+        help="the client lets the model stop (vllm bench serve's default): ShareGPT answers end at EOS",
+    )
     p.add_argument("--constraints", help="SLOs, e.g. 'e2e_latency:p99<60s;ttft:p95<500ms' (default: the plan's)")
     p.add_argument("--goal", choices=["cost", "throughput", "latency"], default="cost", help="how to rank (default cost)")
     p.add_argument("--target-rps", type=float, help="size the instance count for this request rate")
@@ -50,6 +62,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from core.errors import BadInput
     from core.recommend import RecommendRequest, recommend
+    from core.spec.lengths import SHAREGPT_INPUT_MEAN, SHAREGPT_OUTPUT_MEAN
     from core.spec.plan import Plan
 
     plan = Plan.load(args.plan) if args.plan else None
@@ -58,10 +71,21 @@ def run(args) -> int:
         raise BadInput("knee recommend needs a model", "pass --model Qwen/Qwen3-4B or --plan FILE")
     if args.measure is not None:
         opts = _measure_options(args)  # bad --measure/--role/--region: exit 2 before any work
+    dataset = args.dataset or (plan.dataset if plan else "random")
+    if dataset not in ("random", "sharegpt"):
+        raise BadInput(f"knee recommend ranks random or sharegpt lengths, not the plan's {dataset!r}", "pass --dataset random or sharegpt")
+    sharegpt = dataset == "sharegpt"
+    # A ShareGPT plan ranks on the bundled means unless a flag gives others (as knee estimate).
+    input_len = args.input_len if args.input_len is not None else (SHAREGPT_INPUT_MEAN if sharegpt else plan.input_len if plan else 1024)
+    output_len = args.output_len if args.output_len is not None else (SHAREGPT_OUTPUT_MEAN if sharegpt else plan.output_len if plan else 512)
+    range_ratio = args.range_ratio if args.range_ratio is not None else (plan.range_ratio if plan and not sharegpt else 0.0)
     req = RecommendRequest(
         model=model,
-        input_len=args.input_len or (plan.input_len if plan else 1024),
-        output_len=args.output_len or (plan.output_len if plan else 512),
+        input_len=input_len,
+        output_len=output_len,
+        dataset=dataset,  # type: ignore[arg-type]
+        range_ratio=range_ratio,
+        ignore_eos=False if args.no_ignore_eos else (plan.ignore_eos if plan else True),
         constraints=args.constraints if args.constraints is not None else (plan.constraints if plan else ""),
         goal=args.goal,
         target_rps=args.target_rps,
@@ -80,9 +104,7 @@ def run(args) -> int:
         return 0
     rows = rec.ranked if args.all_layouts else rec.best_per_instance
     target = f", {req.target_rps:g} req/s" if req.target_rps else ""
-    print(
-        f"knee recommend: {req.model}, {req.input_len:g} in / {req.output_len:g} out, constraints {req.constraints or 'none'}{target}; goal {req.goal}"
-    )
+    print(f"knee recommend: {req.model}, {req.workload_label}, constraints {req.constraints or 'none'}{target}; goal {req.goal}")
     head = f"{'#':>2}  {'instance':<20} {'layout':<9} {'req/s (low-high)':<20} {'count':>5} {'$/h':>9} {'$/1M out':>9}  bottleneck"
     print(head)
     print("-" * len(head))

@@ -43,7 +43,10 @@ CHOICE_FIELDS = {
     "arrival": ("concurrency", "poisson", "constant", "gamma"),
     "objective": ("max_throughput", "min_cost", "min_latency"),
     "engine": ("sim", "vllm", "sglang", "custom", "external", "sagemaker"),
+    "answers": ("to length", "at EOS"),
 }
+# The "answers" choice is Plan.ignore_eos: does the client hold every answer to its length?
+_IGNORE_EOS = {"to length": True, "at EOS": False}
 # "2x A100-80GB no-p2p": GPUs that cannot reach each other peer-to-peer (Plan.gpu_p2p).
 _NO_P2P = re.compile(r"[\s,;]+no[-_ ]?p2p\s*$", re.IGNORECASE)
 _GPU_COUNT = re.compile(r"^\s*(?:(\d+)\s*[x×*]\s*(.+?)|(.+?)\s*[x×*]\s*(\d+))\s*$", re.IGNORECASE)
@@ -94,6 +97,14 @@ def hardware_hint(plan: Plan) -> str:
     return line
 
 
+def _answers_hint(ignore_eos: bool, dataset: str) -> str:
+    if ignore_eos:
+        return "the client sends ignore_eos: every answer runs to its length"
+    if dataset == "sharegpt":
+        return "the model may stop first (vllm bench serve's default): ShareGPT's measured EOS shape"
+    return "the model may stop first: knee has no shape for these answers, so their lengths are caps"
+
+
 def fields_from_plan(plan: Plan) -> dict[str, str]:
     def s(v: object) -> str:
         return "" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
@@ -117,6 +128,7 @@ def fields_from_plan(plan: Plan) -> dict[str, str]:
         "arrival": plan.arrival,
         "objective": plan.objective,
         "engine": plan.engine,
+        "answers": "to length" if plan.ignore_eos else "at EOS",
     }
 
 
@@ -238,7 +250,10 @@ def check_fields(values: dict[str, str]) -> tuple[Plan | None, dict[str, str], d
     check("client_args", lambda: args("client"))
 
     for name in CHOICE_FIELDS:
-        data[name] = values.get(name) or Plan.model_fields[name].default
+        if name != "answers":
+            data[name] = values.get(name) or Plan.model_fields[name].default
+    data["ignore_eos"] = _IGNORE_EOS.get(values.get("answers") or "to length", True)
+    hints["answers"] = _answers_hint(bool(data["ignore_eos"]), str(data.get("dataset")))
 
     if "hardware" not in errors:
         try:

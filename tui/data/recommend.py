@@ -40,10 +40,17 @@ def request_for(plan: Plan, goal: str = "cost", target_rps: float | None = None)
     FP8 variants are considered only when the plan already asks for FP8 weights or KV cache:
     quantizing is the user's call, not a ranking's."""
     fp8 = (plan.precision or "").lower().startswith("fp8") or plan.kv_cache_dtype.lower().startswith("fp8")
+    from core.spec.lengths import SHAREGPT_INPUT_MEAN, SHAREGPT_OUTPUT_MEAN
+
+    sharegpt = plan.dataset == "sharegpt"
     return RecommendRequest(
         model=plan.model,
-        input_len=plan.input_len,
-        output_len=plan.output_len,
+        # A ShareGPT plan ranks on the bundled shape at its own means, as its Estimate does.
+        input_len=SHAREGPT_INPUT_MEAN if sharegpt else plan.input_len,
+        output_len=SHAREGPT_OUTPUT_MEAN if sharegpt else plan.output_len,
+        dataset="sharegpt" if sharegpt else "random",
+        range_ratio=0.0 if sharegpt else plan.range_ratio,
+        ignore_eos=plan.ignore_eos,
         constraints=plan.constraints,
         goal=goal,  # type: ignore[arg-type]
         target_rps=target_rps,
@@ -210,10 +217,13 @@ def summary(rec: Recommendation) -> str:
     """One line (it fits 80 columns for the demo plan): what was asked, and how much of the
     catalog answered. The target rate is in its own field beside it."""
     q = rec.request
-    return (
-        f"{q.model} · {q.input_len:g}/{q.output_len:g} tok · {q.constraints or 'no SLOs'} · "
-        f"{len(rec.best_per_instance)} types ({len(rec.ranked)} layouts)"
-    )
+    return f"{q.model} · {_lengths(q)} · {q.constraints or 'no SLOs'} · {len(rec.best_per_instance)} types ({len(rec.ranked)} layouts)"
+
+
+def _lengths(q: RecommendRequest) -> str:
+    if q.dataset == "sharegpt":
+        return "ShareGPT" + (" to EOS" if not q.ignore_eos else "")
+    return f"{q.input_len:g}/{q.output_len:g} tok" + (f" ±{q.range_ratio:.0%}" if q.range_ratio else "")
 
 
 def detail(c: Candidate, target_rps: float | None) -> str:

@@ -41,6 +41,10 @@ def spec_from_plan(plan: Plan) -> SweepSpec:
             raise BadInput("no configuration fits this hardware, so there is nothing to sweep", "see the Estimate screen for the reason")
         server_args = server_args or sug.server_args
         client_args = client_args or sug.client_args
+    if not plan.ignore_eos and "disable_ignore_eos" not in client_args:
+        # The plan lets the model stop (its answers end at EOS): so does the sweep's client.
+        # A client arg that says otherwise wins; it was typed on purpose.
+        client_args = f"{client_args.rstrip().rstrip(';')};disable_ignore_eos=true"
     if plan.engine == "sagemaker":
         raise BadInput("the sweep runner does not measure SageMaker endpoints yet", "use the sim, vllm or external engine")
     url = {"url": plan.url} if plan.engine == "external" else {}

@@ -43,6 +43,7 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("dataset", "dataset", ""),
             ("dataset_path", "dataset file", "optional: a ShareGPT JSON or a corpus file"),
             ("num_prompts", "prompts", "1000"),
+            ("answers", "answers end", ""),
             ("arrival", "arrival", ""),
         ),
     ),
