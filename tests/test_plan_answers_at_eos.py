@@ -112,7 +112,7 @@ def test_recommend_ranks_the_plans_workload_shape():
     (f,), (e,) = fixed.best_per_instance, at_eos.best_per_instance
     assert e.capacity_rps > 3 * f.capacity_rps
     assert not replies.ranked and "e2e_latency" in replies.excluded[0].reason
-    assert "ShareGPT to EOS" in summary(at_eos)
+    assert "ShareGPT 231/195 tok to EOS" in summary(at_eos)
     d = at_eos.as_dict()
     assert (d["dataset"], d["ignore_eos"], d["range_ratio"]) == ("sharegpt", False, 0.0)
 
@@ -134,6 +134,16 @@ def test_recommend_cli_takes_the_workload_shape_and_rejects_a_bad_one(tmp_path):
     assert from_plan.returncode == 0, from_plan.stderr
     assert json.loads(from_plan.stdout)["workload"]["ignore_eos"] is False
     assert json.loads(knee("recommend", "--plan", str(plan), "--instances", "ml.g5.xlarge", "--json").stdout)["ignore_eos"] is False
+
+
+def test_the_estimate_screen_names_the_requests_it_estimated():
+    from tui.data.estimate import build_estimate
+
+    assert build_estimate(Plan()).title.endswith("· 1024/512 tok")
+    view = build_estimate(Plan(dataset="sharegpt", ignore_eos=False))
+    assert "· ShareGPT 231/19" in view.title and view.title.endswith(" tok to EOS")  # the drawn means
+    # The roofline is drawn at the lengths estimated, not the plan's unused 1024/512.
+    assert build_estimate(Plan(dataset="sharegpt")).roofline != build_estimate(Plan()).roofline
 
 
 def test_the_estimate_text_says_random_answers_at_eos_are_read_as_caps():

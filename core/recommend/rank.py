@@ -54,11 +54,9 @@ class RecommendRequest:
     @property
     def workload_label(self) -> str:
         """The requests in words, for a report's first line."""
-        if self.dataset == "sharegpt":
-            eos = "; answers end at EOS" if not self.ignore_eos else ""
-            return f"ShareGPT-like lengths (means {self.input_len:g} in / {self.output_len:g} out{eos})"
-        spread = f" ±{self.range_ratio:.0%}" if self.range_ratio else ""
-        return f"{self.input_len:g} in / {self.output_len:g} out{spread}"
+        from core.spec.lengths import describe
+
+        return describe(self.dataset, self.input_len, self.output_len, self.range_ratio, self.ignore_eos)
 
 
 @dataclass(frozen=True)

@@ -169,3 +169,19 @@ def request_lengths(
             LengthDist(kind="uniform", mean=output_len, range_ratio=range_ratio),
         )
     return LengthDist.of(input_len), LengthDist.of(output_len)
+
+
+def describe(dataset: str, input_len: float, output_len: float, range_ratio: float = 0.0, ignore_eos: bool = True, short: bool = False) -> str:
+    """The requests in words, as every report names them: ``1024 in / 512 out ±20%``, or
+    ``ShareGPT-like lengths (means 231 in / 195 out; answers end at EOS)``; ``short`` for a
+    title or a one-line summary (``1024/512 tok``, ``ShareGPT 231/195 tok to EOS``)."""
+    if dataset == "sharegpt":
+        if short:
+            return f"ShareGPT {input_len:.0f}/{output_len:.0f} tok" + (" to EOS" if not ignore_eos else "")
+        eos = "; answers end at EOS" if not ignore_eos else ""
+        return f"ShareGPT-like lengths (means {input_len:.0f} in / {output_len:.0f} out{eos})"
+    spread = f" ±{range_ratio:.0%}" if range_ratio else ""
+    caps = "" if ignore_eos else (", caps" if short else " (caps: the model may stop first)")
+    if short:
+        return f"{input_len:g}/{output_len:g} tok{spread}{caps}"
+    return f"{input_len:g} in / {output_len:g} out{spread}{caps}"

@@ -41,7 +41,7 @@ class PredictionRow:
 
 @dataclass(frozen=True)
 class EstimateView:
-    title: str  # "Qwen/Qwen3-4B on ml.g6.12xlarge (4x L4)"
+    title: str  # "Qwen/Qwen3-4B on ml.g6.12xlarge (4x L4) · 1024/512 tok"
     model_summary: str
     memory: tuple[MemoryRow, ...]
     roofline: Roofline
@@ -136,6 +136,13 @@ def _band_lines(k) -> list[str]:
     ]
 
 
+def _workload(report) -> str:
+    from core.spec.lengths import describe
+
+    w = report.workload
+    return describe(w["dataset"], w["input_len"], w["output_len"], w["range_ratio"], w["ignore_eos"], short=True)
+
+
 def build_estimate(plan: Plan) -> EstimateView:
     """Everything the Estimate screen shows. Raises ``KneeError`` for a plan that cannot be
     estimated (unknown model, hardware); the screen shows the message."""
@@ -155,10 +162,11 @@ def build_estimate(plan: Plan) -> EstimateView:
         bottleneck = f"prefill: {k.prefill_bottleneck}; decode: {k.decode_bottleneck} (batch limited by {k.limited_by.replace('_', ' ')})"
     sug = report.suggestion
     return EstimateView(
-        title=f"{plan.model} on {hw.label}",
+        title=f"{plan.model} on {hw.label} · {_workload(report)}",
         model_summary=model_summary(arch),
         memory=memory,
-        roofline=roofline(arch, hw.gpu, plan.input_len, plan.output_len, kv_dtype=plan.kv_cache_dtype),
+        # The requests' means, as estimated (a ShareGPT plan's are the bundled shape's).
+        roofline=roofline(arch, hw.gpu, round(report.workload["input_len"]), round(report.workload["output_len"]), kv_dtype=plan.kv_cache_dtype),
         predictions=tuple(_prediction_rows(report, plan)),
         limits=tuple(_limit_lines(report)),
         bottleneck=bottleneck,

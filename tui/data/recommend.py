@@ -221,9 +221,9 @@ def summary(rec: Recommendation) -> str:
 
 
 def _lengths(q: RecommendRequest) -> str:
-    if q.dataset == "sharegpt":
-        return "ShareGPT" + (" to EOS" if not q.ignore_eos else "")
-    return f"{q.input_len:g}/{q.output_len:g} tok" + (f" ±{q.range_ratio:.0%}" if q.range_ratio else "")
+    from core.spec.lengths import describe
+
+    return describe(q.dataset, q.input_len, q.output_len, q.range_ratio, q.ignore_eos, short=True)
 
 
 def detail(c: Candidate, target_rps: float | None) -> str:
