@@ -288,3 +288,25 @@ def test_the_plans_server_args_set_the_estimate(tmp_path):
     path.write_text(path.read_text().replace("stream_interval=8", "stream_interval=abc"))
     r = knee("estimate", "--plan", str(path))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "stream_interval='abc' is not an integer" in r.stderr
+
+
+def test_the_plans_quantization_prices_the_weights_and_unmodelled_args_are_named(tmp_path):
+    """quantization=fp8 in the plan's server args is the precision the estimate prices (it
+    was ignored: bf16 predictions for an FP8 sweep); an arg that can change the numbers and
+    that the estimate does not model is named in its notes, one that cannot (logging) is not."""
+    from core.spec.plan import Plan
+    from tui.data.estimate import build_estimate
+
+    fields = dict(model="Qwen/Qwen3-4B", instance="ml.g6e.xlarge")
+    bf16 = build_estimate(Plan(**fields))
+    fp8 = build_estimate(Plan(**fields, server_args="quantization=fp8;enable_expert_parallel=true;disable_log_stats=true"))
+    assert "· fp8 ·" in fp8.model_summary and "· bf16 ·" in bf16.model_summary
+    assert fp8.memory[0].plan.weight_bytes < 0.6 * bf16.memory[0].plan.weight_bytes
+    assert fp8.notes[0] == "from the plan's server args: quantization=fp8"
+    assert fp8.notes[1] == "the estimate does not model server arg enable_expert_parallel: predicted as if unset (a real sweep measures them)"
+    assert not any("disable_log_stats" in n for n in fp8.notes)
+    path = tmp_path / "plan.toml"
+    Plan(**fields, server_args="quantization=fp8").save(path)
+    d = json.loads(knee("estimate", "--plan", str(path), "--json").stdout)
+    assert d["model"]["weights"] == "fp8"
+    assert json.loads(knee("estimate", "--plan", str(path), "--precision", "bf16", "--json").stdout)["model"]["weights"] == "bf16"

@@ -31,6 +31,11 @@ _KNOBS = {
     "mem_fraction_static": "gpu_memory_utilization",
 }
 _TP = ("tensor_parallel_size", "tp_size", "tp")
+# Weights' format: the estimate prices the model at this precision (the plan's own otherwise).
+_PRECISION = ("quantization",)
+# Taken some other way: the estimate lays out every TP x copies itself, and random prompts share
+# no prefix for a cache to serve.
+_LAID_OUT = frozenset({"data_parallel_size", "dp_size", "dp", "enable_prefix_caching", "disable_radix_cache"})
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class PlanArgs:
     kwargs: dict[str, Any]  # keyword arguments for core.estimate.report.estimate
     used: tuple[str, ...] = ()  # "name=value" of each arg the estimate takes
     swept: tuple[str, ...] = ()  # knobs given several values: left at the engine's default
+    unmodelled: tuple[str, ...] = ()  # args that can change the numbers and the estimate ignores
 
     def notes(self) -> list[str]:
         out = []
@@ -47,14 +53,22 @@ class PlanArgs:
             out.append(f"from the plan's server args: {', '.join(self.used)}")
         if self.swept:
             out.append(f"{', '.join(self.swept)} swept in the plan's server args: estimated at the engine's default (a sweep measures each value)")
+        if self.unmodelled:
+            out.append(
+                f"the estimate does not model server arg{'s' if len(self.unmodelled) > 1 else ''} {', '.join(self.unmodelled)}: "
+                "predicted as if unset (a real sweep measures them)"
+            )
         return out
 
 
 def estimate_args(server_args: str) -> PlanArgs:
     """The estimate's arguments that ``server_args`` (llm-optimizer's grammar) fixes."""
+    from core.simulate.feasibility import NO_SPEED_EFFECT_ARGS
+
     kwargs: dict[str, Any] = {}
     used: list[str] = []
     swept: list[str] = []
+    unmodelled: list[str] = []
     for s in parse_args(server_args or None):
         if len(s.names) != 1:
             continue  # a composite (tp*dp tuples): a layout list the estimate enumerates itself
@@ -63,17 +77,20 @@ def estimate_args(server_args: str) -> PlanArgs:
         if name in _TP:
             kwargs["tp"] = sorted({int(v) for v in values})
             used.append(f"{name}={kwargs['tp']}")
-        elif name in _KNOBS:
+        elif name in _KNOBS or name in _PRECISION:
             if len(values) == 1:
-                kwargs[_KNOBS[name]] = _typed(_KNOBS[name], values[0], name)
+                knob = _KNOBS.get(name, "precision")
+                kwargs[knob] = _typed(knob, values[0], name)
                 used.append(f"{name}={values[0]}")
             else:
                 swept.append(name)
-    return PlanArgs(kwargs, tuple(used), tuple(swept))
+        elif name not in _LAID_OUT and name not in NO_SPEED_EFFECT_ARGS:
+            unmodelled.append(name)
+    return PlanArgs(kwargs, tuple(used), tuple(swept), tuple(unmodelled))
 
 
 def _typed(knob: str, value: Any, name: str) -> Any:
-    kind = str if knob == "kv_cache_dtype" else float if knob == "gpu_memory_utilization" else int
+    kind = str if knob in ("kv_cache_dtype", "precision") else float if knob == "gpu_memory_utilization" else int
     try:
         return kind(value)
     except (TypeError, ValueError):

@@ -104,7 +104,7 @@ def run(args) -> int:
         instance=args.instance,
         gpu_p2p=False if args.no_gpu_p2p else None,
         tp=int_list(args.tp, "--tp") if args.tp else fixed.get("tp"),
-        precision=args.precision,
+        precision=args.precision or fixed.get("precision"),
         kv_cache_dtype=given("kv_cache_dtype"),
         input_len=args.input_len,
         output_len=args.output_len,

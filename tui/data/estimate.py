@@ -148,10 +148,11 @@ def build_estimate(plan: Plan) -> EstimateView:
     estimated (unknown model, hardware); the screen shows the message."""
     from core.catalog import plan_arch, plan_hardware
 
-    arch = plan_arch(plan)
-    hw = plan_hardware(plan)
-    # The server args typed in the Plan screen that the estimator models (TP degrees, one-valued knobs).
+    # The server args typed in the Plan screen that the estimator models (TP degrees, one-valued
+    # knobs, the weights' quantization).
     fixed = estimate_args(plan.server_args)
+    arch = plan_arch(plan.model_copy(update={"precision": fixed.kwargs["precision"]}) if "precision" in fixed.kwargs else plan)
+    hw = plan_hardware(plan)
     report = estimate(plan, arch=arch, hardware=hw, **fixed.kwargs)
     kv_seqs = {ce.config.tp: ce.limits.kv_full_length for ce in report.configs}
     memory = tuple(MemoryRow(m.tp, hw.num_gpus // m.tp, m, kv_seqs.get(m.tp, 0)) for m in report.memory)
