@@ -158,6 +158,7 @@ def estimate(
     range_ratio: float | None = None,
     dataset: str | None = None,
     workload: Workload | None = None,
+    lengths_from: str | None = None,
     concurrency: list[int] | None = None,
     constraints: str | SLO | None = None,
     max_num_batched_tokens: int | None = None,
@@ -173,7 +174,8 @@ def estimate(
     False: the GPUs cannot reach each other peer-to-peer (the plan's setting when None);
     ``stream_interval``: tokens per streamed message (the engine's ``--stream-interval``);
     ``ignore_eos`` False: the client lets the model stop, so ShareGPT answers end at EOS (None:
-    the plan's setting)."""
+    the plan's setting); ``lengths_from``: a file of served requests' token counts
+    (:mod:`core.spec.length_log`) whose lengths replace every other length setting."""
     from core.catalog import load_model, resolve_hardware
 
     # The plan's goals and hardware apply when a plan is given, or when nothing is (the demo
@@ -204,10 +206,25 @@ def estimate(
             hardware = resolve_hardware(gpu=plan.gpu, num_gpus=num_gpus, gpu_p2p=p2p)
         else:
             hardware = resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance, gpu_p2p=p2p)
-    dataset = dataset or plan.dataset
+    dataset_given, dataset = dataset, dataset or plan.dataset
     if dataset not in ("random", "sharegpt", "shared-prefix", "corpus"):
         raise BadInput(f"unknown dataset {dataset!r}", "use random or sharegpt")
     ignore_eos = plan.ignore_eos if ignore_eos is None else ignore_eos
+    log = None
+    if lengths_from is not None:
+        from core.spec.length_log import read_lengths
+
+        given = [
+            n
+            for n, v in (("--input-len", input_len), ("--output-len", output_len), ("--range-ratio", range_ratio), ("--dataset", dataset_given))
+            if v is not None
+        ]
+        if given:
+            raise BadInput(f"{', '.join(given)} and --lengths-from both set the lengths", "give one of them")
+        log = read_lengths(lengths_from)
+        # Lengths that were served: each answer is held to its own (no EOS shape on top).
+        workload = Workload(input=log.input, output=log.output, num_prompts=plan.num_prompts)
+        ignore_eos = True
     if workload is None and dataset == "sharegpt":
         # ShareGPT's bundled length shape (core/spec/lengths.py): no file is read; a given
         # --input-len/--output-len replaces that side's mean.
@@ -322,6 +339,7 @@ def estimate(
             "num_prompts": workload.num_prompts,
             "dataset": workload.dataset,
             "ignore_eos": workload.ignore_eos,
+            "lengths_from": {"path": log.path, "requests": log.requests} if log else None,
         },
         engine=eng,
         engine_version=engine_version,

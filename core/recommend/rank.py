@@ -39,10 +39,19 @@ class RecommendRequest:
     dataset: Literal["random", "sharegpt"] = "random"
     range_ratio: float = 0.0
     ignore_eos: bool = True
+    # A file of served requests' token counts (core.spec.length_log): their lengths replace
+    # the shape above; input_len / output_len are then only what the reports print.
+    lengths_from: str | None = None
 
     def lengths(self):
         """(prompt, output) :class:`LengthDist` of the requests ranked and measured."""
         from core.spec.lengths import request_lengths
+
+        if self.lengths_from:
+            from core.spec.length_log import read_lengths
+
+            log = read_lengths(self.lengths_from)
+            return log.input, log.output
 
         for name, v in (("--input-len", self.input_len), ("--output-len", self.output_len)):
             if not v > 0:
@@ -56,6 +65,8 @@ class RecommendRequest:
         """The requests in words, for a report's first line."""
         from core.spec.lengths import describe
 
+        if self.lengths_from:
+            return f"lengths from {self.lengths_from} (means {self.input_len:.0f} in / {self.output_len:.0f} out)"
         return describe(self.dataset, self.input_len, self.output_len, self.range_ratio, self.ignore_eos)
 
 
@@ -142,6 +153,7 @@ class Recommendation:
             "dataset": q.dataset,
             "range_ratio": q.range_ratio,
             "ignore_eos": q.ignore_eos,
+            "lengths_from": q.lengths_from,
             "constraints": q.constraints,
             "goal": q.goal,
             "target_rps": q.target_rps,
@@ -185,7 +197,11 @@ def recommend(req: RecommendRequest) -> Recommendation:
 
     if req.target_rps is not None and req.target_rps <= 0:
         raise BadInput(f"--target-rps must be positive, got {req.target_rps:g}")
-    req.lengths()  # a bad shape fails here, before any instance is estimated
+    from core.spec.workload import Workload
+
+    # Read (a file) and checked once, before any instance is estimated.
+    inp, out = req.lengths()
+    workload = Workload(input=inp, output=out, dataset=req.dataset, ignore_eos=req.ignore_eos)
     names = select_instances(req.instances)
     from core.catalog.hardware import instances_in, regions
 
@@ -210,11 +226,7 @@ def recommend(req: RecommendRequest) -> Recommendation:
                 model=req.model,
                 arch=arch,
                 hardware=hw,
-                input_len=req.input_len,
-                output_len=req.output_len,
-                dataset=req.dataset,
-                range_ratio=req.range_ratio,
-                ignore_eos=req.ignore_eos,
+                workload=workload,
                 constraints=req.constraints,
                 concurrency=[1],
                 engine=req.engine,

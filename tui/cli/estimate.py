@@ -43,6 +43,12 @@ def register(sub) -> None:
         action="store_true",
         help="the client lets the model stop at EOS (vllm bench serve's default): sharegpt answers take the measured shape of answers ended at EOS",
     )
+    p.add_argument(
+        "--lengths-from",
+        metavar="FILE",
+        help="your own requests' token counts: JSONL (prompt_tokens/completion_tokens, or input_/output_tokens, "
+        "an OpenAI usage object), CSV with such a header, or a vllm bench serve --save-detailed result",
+    )
     p.add_argument("--concurrency", help="closed-loop concurrencies to predict, e.g. 1,8,32 (default 1..256)")
     p.add_argument("--constraints", help="SLOs in llm-optimizer's grammar, e.g. 'ttft:p95<500ms;e2e_latency:p99<60s'")
     p.add_argument("--max-num-batched-tokens", type=int, help="vLLM token budget per step (default: the engine's)")
@@ -120,6 +126,7 @@ def run(args) -> int:
         engine_version=args.engine_version,
         stream_interval=given("stream_interval"),
         ignore_eos=False if args.no_ignore_eos else None,  # None: the plan's
+        lengths_from=args.lengths_from,
     )
     if from_plan and from_plan.notes():
         report = replace(report, notes=[*from_plan.notes(), *report.notes])
@@ -164,6 +171,8 @@ def format_report(r) -> str:
     rr = f" (±{wl['range_ratio']:g})" if wl.get("range_ratio") else ""
     if wl.get("dataset") == "sharegpt":
         rr = " (mean; ShareGPT-like spread, bundled" + ("; answers end at EOS)" if wl.get("ignore_eos") is False else ")")
+    elif wl.get("lengths_from"):
+        rr = f" (means; from {wl['lengths_from']['path']}, {wl['lengths_from']['requests']:,} requests)"
     elif wl.get("ignore_eos") is False:
         # knee has no shape for where a random prompt's answer stops: the length is its cap.
         rr += " (answers may end sooner at EOS: read as their caps)"

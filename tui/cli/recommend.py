@@ -28,6 +28,11 @@ def register(sub) -> None:
     )
     p.add_argument("--range-ratio", type=float, help="random lengths uniform within ±this share of their mean (default: the plan's, 0)")
     p.add_argument(
+        "--lengths-from",
+        metavar="FILE",
+        help="your own requests' token counts (as knee estimate --lengths-from): rank and measure on those lengths",
+    )
+    p.add_argument(
         "--no-ignore-eos",
         action="store_true",
         help="the client lets the model stop (vllm bench serve's default): ShareGPT answers end at EOS",
@@ -79,6 +84,23 @@ def run(args) -> int:
     input_len = args.input_len if args.input_len is not None else (SHAREGPT_INPUT_MEAN if sharegpt else plan.input_len if plan else 1024)
     output_len = args.output_len if args.output_len is not None else (SHAREGPT_OUTPUT_MEAN if sharegpt else plan.output_len if plan else 512)
     range_ratio = args.range_ratio if args.range_ratio is not None else (plan.range_ratio if plan and not sharegpt else 0.0)
+    if args.lengths_from:
+        from core.spec.length_log import read_lengths
+
+        clash = [
+            f
+            for f, v in (
+                ("--input-len", args.input_len),
+                ("--output-len", args.output_len),
+                ("--dataset", args.dataset),
+                ("--range-ratio", args.range_ratio),
+            )
+            if v is not None
+        ]
+        if clash:
+            raise BadInput(f"{', '.join(clash)} and --lengths-from both set the lengths", "give one of them")
+        log = read_lengths(args.lengths_from)
+        dataset, range_ratio, input_len, output_len = "random", 0.0, log.input.mean, log.output.mean
     req = RecommendRequest(
         model=model,
         input_len=input_len,
@@ -86,6 +108,7 @@ def run(args) -> int:
         dataset=dataset,  # type: ignore[arg-type]
         range_ratio=range_ratio,
         ignore_eos=False if args.no_ignore_eos else (plan.ignore_eos if plan else True),
+        lengths_from=args.lengths_from,
         constraints=args.constraints if args.constraints is not None else (plan.constraints if plan else ""),
         goal=args.goal,
         target_rps=args.target_rps,

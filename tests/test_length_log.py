@@ -1,0 +1,110 @@
+"""Lengths from the user's own records (``--lengths-from``): a usage log, a CSV, a ``vllm
+bench serve`` result; read into the estimate and the recommendation, bad files refused with
+one line naming the file and the line."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.errors import BadInput
+from core.estimate import estimate
+from core.recommend import RecommendRequest, recommend
+from core.spec.length_log import QUANTILES, read_lengths
+from core.spec.plan import Plan
+
+KNEE = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "knee"
+MODEL = "Qwen/Qwen3-4B"
+
+
+def knee(*args):
+    return subprocess.run([str(KNEE), *args], capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.fixture
+def usage_log(tmp_path) -> Path:
+    """2,000 requests as the OpenAI API reports them (a usage object per response)."""
+    rng = random.Random(7)
+    path = tmp_path / "usage.jsonl"
+    with path.open("w") as f:
+        for i in range(2000):
+            usage = {"prompt_tokens": int(rng.lognormvariate(6.0, 0.8)) + 1, "completion_tokens": int(rng.lognormvariate(5.0, 0.7)) + 1}
+            f.write(json.dumps({"id": f"r{i}", "usage": usage}) + "\n")
+    return path
+
+
+def test_every_format_reads_to_the_same_two_distributions(tmp_path, usage_log):
+    pairs = [
+        (json.loads(line)["usage"]["prompt_tokens"], json.loads(line)["usage"]["completion_tokens"]) for line in usage_log.read_text().splitlines()
+    ]
+    log = read_lengths(usage_log)
+    assert log.requests == 2000 and len(log.input.values) == QUANTILES
+    # Quantiles keep the mean within a few percent and the longest request exactly.
+    ins, outs = zip(*pairs)
+    assert log.input.mean == pytest.approx(sum(ins) / len(ins), rel=0.03)
+    assert log.output.mean == pytest.approx(sum(outs) / len(outs), rel=0.03)
+    assert (log.input.upper, log.output.upper) == (max(ins), max(outs))
+
+    csv = tmp_path / "u.csv"
+    csv.write_text("input_tokens,output_tokens\n" + "".join(f"{a},{b}\n" for a, b in pairs[:100]))
+    bench = tmp_path / "result.json"
+    bench.write_text(json.dumps({"completed": 100, "input_lens": [a for a, _ in pairs[:100]], "output_lens": [b for _, b in pairs[:100]]}, indent=2))
+    flat = tmp_path / "flat.jsonl"
+    flat.write_text("".join(json.dumps({"input_len": a, "output_len": b}) + "\n" for a, b in pairs[:100]))
+    a, b, c = read_lengths(csv), read_lengths(bench), read_lengths(flat)
+    assert a.input == b.input == c.input and a.output == b.output == c.output
+    assert sorted(a.input.values) == sorted(x for x, _ in pairs[:100])  # few requests: all kept
+
+
+@pytest.mark.parametrize(
+    "text,name,msg",
+    [
+        ('{"prompt_tokens": 10, "completion_tokens": 5}\n{"prompt": "x"}\n', "a.jsonl", "a.jsonl line 2: no token counts"),
+        ('{"prompt_tokens": 10, "completion_tokens": 0}\n', "b.jsonl", "b.jsonl line 1: token counts must be at least 1, got 10 / 0"),
+        ("not json\n", "c.jsonl", "c.jsonl line 1: not JSON"),
+        ("input_tokens,output_tokens\n5,x\n", "d.csv", "d.csv line 2: token counts '5' / 'x' are not numbers"),
+        ("", "e.jsonl", "e.jsonl: no requests in the file"),
+    ],
+)
+def test_a_bad_file_names_its_line(tmp_path, text, name, msg):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(BadInput) as e:
+        read_lengths(path)
+    assert msg in str(e.value)
+
+
+def test_the_estimate_and_the_recommendation_read_the_file(usage_log):
+    log = read_lengths(usage_log)
+    rep = estimate(Plan(gpu="H100-SXM", num_gpus=1, instance=None), lengths_from=str(usage_log), concurrency=[1, 32])
+    assert rep.workload["lengths_from"] == {"path": str(usage_log), "requests": 2000}
+    assert rep.workload["input_len"] == pytest.approx(log.input.mean, rel=0.01)
+    fixed = estimate(Plan(gpu="H100-SXM", num_gpus=1, instance=None), concurrency=[1, 32])
+    assert rep.best.predictions[0].e2e_s.p99 != fixed.best.predictions[0].e2e_s.p99
+    with pytest.raises(BadInput, match="--input-len and --lengths-from both set the lengths"):
+        estimate(Plan(), lengths_from=str(usage_log), input_len=100)
+
+    req = RecommendRequest(model=MODEL, instances="ml.g6e.xlarge", lengths_from=str(usage_log), input_len=log.input.mean, output_len=log.output.mean)
+    (best,) = recommend(req).best_per_instance
+    (default,) = recommend(RecommendRequest(model=MODEL, instances="ml.g6e.xlarge")).best_per_instance
+    assert best.capacity_rps > 2 * default.capacity_rps  # 562/187-token requests, not 1024/512
+    assert recommend(req).as_dict()["lengths_from"] == str(usage_log)
+
+
+def test_the_commands_take_lengths_from_and_refuse_a_clash(usage_log, tmp_path):
+    out = knee("estimate", "--model", MODEL, "--gpu", "H100-SXM", "--concurrency", "1,8", "--lengths-from", str(usage_log))
+    assert out.returncode == 0, out.stderr
+    assert f"(means; from {usage_log}, 2,000 requests)" in out.stdout
+    rec = knee("recommend", "--model", MODEL, "--instances", "ml.g6e.xlarge", "--lengths-from", str(usage_log), "--json")
+    assert rec.returncode == 0 and json.loads(rec.stdout)["lengths_from"] == str(usage_log)
+    for cmd in (["estimate", "--gpu", "H100-SXM"], ["recommend"]):
+        bad = knee(*cmd, "--model", MODEL, "--lengths-from", str(usage_log), "--dataset", "sharegpt")
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+        assert bad.stderr.strip() == "knee: error: --dataset and --lengths-from both set the lengths (give one of them)"
+    missing = knee("estimate", "--model", MODEL, "--gpu", "H100-SXM", "--lengths-from", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and "no lengths file at" in missing.stderr
