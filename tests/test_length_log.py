@@ -108,3 +108,43 @@ def test_the_commands_take_lengths_from_and_refuse_a_clash(usage_log, tmp_path):
         assert bad.stderr.strip() == "knee: error: --dataset and --lengths-from both set the lengths (give one of them)"
     missing = knee("estimate", "--model", MODEL, "--gpu", "H100-SXM", "--lengths-from", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 2 and "no lengths file at" in missing.stderr
+
+
+def test_a_plans_lengths_file_reaches_its_estimate_recommendation_and_sweep(usage_log, tmp_path):
+    from core.sweep.grammar import combinations
+    from core.sweep.space import load_of, sets_from_json
+    from tui.data.estimate import build_estimate
+    from tui.data.plan_form import check_fields, fields_from_plan
+    from tui.data.recommend import request_for, summary
+    from tui.data.sweep_control import spec_from_plan
+
+    values = fields_from_plan(Plan())
+    plan, errors, hints = check_fields({**values, "lengths_from": str(usage_log)})
+    assert not errors and plan is not None and plan.lengths_from == str(usage_log.resolve())
+    assert "replace input/output tokens" in hints["lengths_from"]
+    _, errors, _ = check_fields({**values, "lengths_from": str(tmp_path / "none.jsonl")})
+    assert errors["lengths_from"].startswith("no file at")
+    path = tmp_path / "plan.toml"
+    plan.save(path)
+    assert Plan.load(path).lengths_from == plan.lengths_from
+
+    log = read_lengths(usage_log)
+    view = build_estimate(plan)
+    w = view.report.workload
+    assert w["lengths_from"]["requests"] == 2000 and w["input_len"] == pytest.approx(log.input.mean, rel=0.01)
+    assert view.title.endswith(f"· {w['input_len']:.0f}/{w['output_len']:.0f} tok from usage.jsonl")
+    req = request_for(plan)
+    assert (req.lengths_from, req.input_len) == (plan.lengths_from, log.input.mean)
+    rec = recommend(req.__class__(**{**req.__dict__, "instances": "ml.g6e.xlarge"}))
+    assert summary(rec).startswith(f"Qwen/Qwen3-4B · {log.input.mean:.0f}/{log.output.mean:.0f} tok from file")
+    # The sweep's random prompts take the file's lengths, each answer held to its length
+    # even where the plan lets answers end at EOS (the file's answers were served).
+    spec = spec_from_plan(plan.model_copy(update={"ignore_eos": False}))
+    (first, *_) = combinations(sets_from_json(spec.client_sets))
+    assert first["lengths_from"] == plan.lengths_from and "disable_ignore_eos" not in first
+    workload, _ = load_of(first, spec)
+    assert workload.output == read_lengths(usage_log).output and workload.ignore_eos
+    typed = spec_from_plan(plan.model_copy(update={"server_args": "max_num_seqs=[64]", "client_args": "random_input_len=100;max_concurrency=[4]"}))
+    assert "lengths_from" not in combinations(sets_from_json(typed.client_sets))[0]  # typed lengths win
+    with pytest.raises(BadInput, match="client args lengths_from and random_input_len both set the lengths"):
+        load_of({"lengths_from": str(usage_log), "random_input_len": 100}, spec)

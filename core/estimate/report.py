@@ -211,6 +211,8 @@ def estimate(
         raise BadInput(f"unknown dataset {dataset!r}", "use random or sharegpt")
     ignore_eos = plan.ignore_eos if ignore_eos is None else ignore_eos
     log = None
+    if lengths_from is None and workload is None and all(v is None for v in (input_len, output_len, range_ratio, dataset_given)):
+        lengths_from = plan.lengths_from  # a length flag overrides the plan's file, as any flag its field
     if lengths_from is not None:
         from core.spec.length_log import read_lengths
 
@@ -318,7 +320,9 @@ def estimate(
         notes.append("no TP degree fits on this hardware: " + "; ".join(f"TP{m.tp}: {m.reason}" for m in memory))
     suggestion = None
     if configs:
-        suggestion = _suggest(p, configs, slo, model, hardware, workload, range_ratio if range_ratio is not None else plan.range_ratio, knobs)
+        suggestion = _suggest(
+            p, configs, slo, model, hardware, workload, range_ratio if range_ratio is not None else plan.range_ratio, knobs, log.path if log else None
+        )
         notes.extend(suggestion.why)
     return EstimateReport(
         model={
@@ -354,7 +358,15 @@ def estimate(
 
 
 def _suggest(
-    p: Predictor, configs: list[ConfigEstimate], slo: SLO, model: str, hw: Hardware, wl: Workload, range_ratio: float, knobs: dict
+    p: Predictor,
+    configs: list[ConfigEstimate],
+    slo: SLO,
+    model: str,
+    hw: Hardware,
+    wl: Workload,
+    range_ratio: float,
+    knobs: dict,
+    lengths_from: str | None = None,
 ) -> Suggestion:
     feasible = [c for c in configs if c.limits.slo_feasible] or configs
     best = feasible[0]
@@ -401,4 +413,5 @@ def _suggest(
         dataset=wl.dataset,
         stream_intervals=intervals,
         ignore_eos=wl.ignore_eos,
+        lengths_from=lengths_from,
     )

@@ -101,6 +101,7 @@ def render(
     dataset: str = "random",
     stream_intervals: list[int] | None = None,
     ignore_eos: bool = True,
+    lengths_from: str | None = None,
 ) -> Suggestion:
     pairs = ",".join(f"({t},{d})" for t, d in tp_dp)
     server = (
@@ -119,6 +120,9 @@ def render(
         knee_client = f"dataset_name=random;random_input_len={input_len};random_output_len={output_len}"
         if range_ratio:
             knee_client += f";random_range_ratio={range_ratio:g}"
+    if lengths_from:
+        # The user's own requests' lengths (knee's client arg; llm-optimizer's client keeps the means).
+        knee_client = f"lengths_from={lengths_from}"
     knee_client += f";max_concurrency=[{conc}];num_prompts={num_prompts}"
     # llm-optimizer's client draws lengths in [S*r, S]: r = 1 means fixed lengths.
     if range_ratio:

@@ -201,7 +201,8 @@ def recommend(req: RecommendRequest) -> Recommendation:
 
     # Read (a file) and checked once, before any instance is estimated.
     inp, out = req.lengths()
-    workload = Workload(input=inp, output=out, dataset=req.dataset, ignore_eos=req.ignore_eos)
+    # A file's lengths were served: each answer is held to its own.
+    workload = Workload(input=inp, output=out, dataset=req.dataset, ignore_eos=req.ignore_eos or bool(req.lengths_from))
     names = select_instances(req.instances)
     from core.catalog.hardware import instances_in, regions
 

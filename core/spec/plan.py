@@ -47,6 +47,10 @@ class Plan(BaseModel):
     # and production traffic): ShareGPT answers take the measured EOS shape, the sweep's
     # client sends no ignore_eos, and random lengths are read as caps.
     ignore_eos: bool = True
+    # A file of the user's own requests' token counts (core/spec/length_log.py): when set, its
+    # lengths replace input_len, output_len, range_ratio and the dataset's shape everywhere
+    # (estimate, recommendation, and the sweep's random prompts).
+    lengths_from: str | None = None
     # Goals: constraints in llm-optimizer's grammar, plus a throughput floor.
     constraints: str = "e2e_latency:p99<60s"
     min_request_rate: float | None = Field(default=5.0, ge=0)
@@ -61,7 +65,7 @@ class Plan(BaseModel):
     server_args: str = ""
     client_args: str = ""
 
-    @field_validator("instance", "gpu", "precision", "dataset_path", "url", "endpoint_name", "engine_version", mode="before")
+    @field_validator("instance", "gpu", "precision", "dataset_path", "lengths_from", "url", "endpoint_name", "engine_version", mode="before")
     @classmethod
     def _blank_is_none(cls, v):
         # TOML has no null: a saved plan writes "" for "not set" (see save()).

@@ -50,9 +50,10 @@ CLIENT_ARG_TYPES: dict[str, type] = {
         bool,
     ),
 }
-# knee's own client knobs (open-loop arrival shape, duration stop), accepted beside
+# knee's own client knobs (open-loop arrival shape, duration stop, random prompts at the lengths
+# of a file of served requests: core/spec/length_log.py), accepted beside
 # llm-optimizer's so a sweep file can say everything a LoadPoint holds.
-CLIENT_ARG_TYPES.update({"arrival": str, "burstiness": float, "duration_s": float})
+CLIENT_ARG_TYPES.update({"arrival": str, "burstiness": float, "duration_s": float, "lengths_from": str})
 
 # The vLLM server args whose types matter for parsing (bools and numbers that people sweep).
 # Server args are non-strict: anything else passes through with its inferred type.

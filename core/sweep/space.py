@@ -55,7 +55,18 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         raise BadInput(f"output length must be at least 1, got {osl}", "set client arg random_output_len or --output-len")
     ratio = c.get("random_range_ratio")
     ignore_eos = not c.get("disable_ignore_eos", False)
-    if dataset == "sharegpt":
+    if c.get("lengths_from"):
+        # Random prompts at the lengths the user's own requests had (each answer held to its
+        # length): the same requests the estimate and the recommendation priced.
+        from core.spec.length_log import read_lengths
+
+        clash = [k for k in ("random_input_len", "random_output_len", "random_range_ratio", "sharegpt_output_len") if k in c]
+        if dataset != "random" or clash:
+            what = clash[0] if clash else f"dataset_name={dataset}"
+            raise BadInput(f"client args lengths_from and {what} both set the lengths", "give one of them")
+        log = read_lengths(c["lengths_from"])
+        inp, out = log.input, log.output
+    elif dataset == "sharegpt":
         # The simulator and the estimator need only lengths: ShareGPT's bundled shape
         # (core/spec/lengths.py), the output's mean replaced where sharegpt_output_len (or
         # random_output_len) sets one; the load client still reads the file's prompts.

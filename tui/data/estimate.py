@@ -8,6 +8,8 @@ into rows, so a change in the report's shape is a change here and nowhere else.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +142,8 @@ def _workload(report) -> str:
     from core.spec.lengths import describe
 
     w = report.workload
+    if w.get("lengths_from"):
+        return f"{w['input_len']:.0f}/{w['output_len']:.0f} tok from {Path(w['lengths_from']['path']).name}"
     return describe(w["dataset"], w["input_len"], w["output_len"], w["range_ratio"], w["ignore_eos"], short=True)
 
 

@@ -29,6 +29,7 @@ TEXT_FIELDS = (
     "output_len",
     "range_ratio",
     "dataset_path",
+    "lengths_from",
     "num_prompts",
     "constraints",
     "min_request_rate",
@@ -116,6 +117,7 @@ def fields_from_plan(plan: Plan) -> dict[str, str]:
         "output_len": s(plan.output_len),
         "range_ratio": s(plan.range_ratio),
         "dataset_path": s(plan.dataset_path),
+        "lengths_from": s(plan.lengths_from),
         "num_prompts": s(plan.num_prompts),
         "constraints": plan.constraints,
         "min_request_rate": s(plan.min_request_rate),
@@ -191,6 +193,17 @@ def check_fields(values: dict[str, str]) -> tuple[Plan | None, dict[str, str], d
 
     check("dataset_path", dataset_path)
 
+    def lengths_from() -> None:
+        p = values.get("lengths_from", "").strip()
+        if p:
+            if not Path(p).expanduser().is_file():
+                raise ValueError(f"no file at {p}")
+            # Stored absolute: a sweep started from the plan runs in its own process.
+            data["lengths_from"] = str(Path(p).expanduser().resolve())
+            hints["lengths_from"] = "its lengths replace input/output tokens, range ratio and the dataset's shape"
+
+    check("lengths_from", lengths_from)
+
     def constraints() -> None:
         slo = parse_constraints(values.get("constraints", ""))
         data["constraints"] = values.get("constraints", "").strip()
@@ -254,6 +267,8 @@ def check_fields(values: dict[str, str]) -> tuple[Plan | None, dict[str, str], d
             data[name] = values.get(name) or Plan.model_fields[name].default
     data["ignore_eos"] = _IGNORE_EOS.get(values.get("answers") or "to length", True)
     hints["answers"] = _answers_hint(bool(data["ignore_eos"]), str(data.get("dataset")))
+    if data.get("lengths_from"):
+        hints["answers"] = "the lengths file's answers were served: each is held to its length"
 
     if "hardware" not in errors:
         try:

@@ -42,15 +42,22 @@ def request_for(plan: Plan, goal: str = "cost", target_rps: float | None = None)
     fp8 = (plan.precision or "").lower().startswith("fp8") or plan.kv_cache_dtype.lower().startswith("fp8")
     from core.spec.lengths import SHAREGPT_INPUT_MEAN, SHAREGPT_OUTPUT_MEAN
 
-    sharegpt = plan.dataset == "sharegpt"
+    sharegpt = plan.dataset == "sharegpt" and not plan.lengths_from
+    input_len, output_len = (SHAREGPT_INPUT_MEAN, SHAREGPT_OUTPUT_MEAN) if sharegpt else (plan.input_len, plan.output_len)
+    if plan.lengths_from:
+        from core.spec.length_log import read_lengths
+
+        log = read_lengths(plan.lengths_from)
+        input_len, output_len = log.input.mean, log.output.mean
     return RecommendRequest(
         model=plan.model,
         # A ShareGPT plan ranks on the bundled shape at its own means, as its Estimate does.
-        input_len=SHAREGPT_INPUT_MEAN if sharegpt else plan.input_len,
-        output_len=SHAREGPT_OUTPUT_MEAN if sharegpt else plan.output_len,
+        input_len=input_len,
+        output_len=output_len,
         dataset="sharegpt" if sharegpt else "random",
-        range_ratio=0.0 if sharegpt else plan.range_ratio,
+        range_ratio=0.0 if sharegpt or plan.lengths_from else plan.range_ratio,
         ignore_eos=plan.ignore_eos,
+        lengths_from=plan.lengths_from,
         constraints=plan.constraints,
         goal=goal,  # type: ignore[arg-type]
         target_rps=target_rps,
@@ -223,6 +230,8 @@ def summary(rec: Recommendation) -> str:
 def _lengths(q: RecommendRequest) -> str:
     from core.spec.lengths import describe
 
+    if q.lengths_from:
+        return f"{q.input_len:.0f}/{q.output_len:.0f} tok from file"
     return describe(q.dataset, q.input_len, q.output_len, q.range_ratio, q.ignore_eos, short=True)
 
 

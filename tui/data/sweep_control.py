@@ -41,7 +41,11 @@ def spec_from_plan(plan: Plan) -> SweepSpec:
             raise BadInput("no configuration fits this hardware, so there is nothing to sweep", "see the Estimate screen for the reason")
         server_args = server_args or sug.server_args
         client_args = client_args or sug.client_args
-    if not plan.ignore_eos and "disable_ignore_eos" not in client_args:
+    lengths_args = ("lengths_from", "random_input_len", "random_output_len", "random_range_ratio", "sharegpt_output_len")
+    if plan.lengths_from and not any(a in client_args for a in lengths_args):
+        # The plan's own requests' lengths, unless the client args set lengths of their own.
+        client_args = f"{client_args.rstrip().rstrip(';')};lengths_from={plan.lengths_from}"
+    if not plan.ignore_eos and not plan.lengths_from and "disable_ignore_eos" not in client_args:
         # The plan lets the model stop (its answers end at EOS): so does the sweep's client.
         # A client arg that says otherwise wins; it was typed on purpose.
         client_args = f"{client_args.rstrip().rstrip(';')};disable_ignore_eos=true"

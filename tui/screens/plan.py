@@ -42,6 +42,7 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("range_ratio", "range ratio", "0 = fixed lengths, 0.2 = ±20%"),
             ("dataset", "dataset", ""),
             ("dataset_path", "dataset file", "optional: a ShareGPT JSON or a corpus file"),
+            ("lengths_from", "lengths file", "optional: your requests' token counts (usage JSONL, CSV, vllm bench result)"),
             ("num_prompts", "prompts", "1000"),
             ("answers", "answers end", ""),
             ("arrival", "arrival", ""),
