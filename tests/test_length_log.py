@@ -148,3 +148,16 @@ def test_a_plans_lengths_file_reaches_its_estimate_recommendation_and_sweep(usag
     assert "lengths_from" not in combinations(sets_from_json(typed.client_sets))[0]  # typed lengths win
     with pytest.raises(BadInput, match="client args lengths_from and random_input_len both set the lengths"):
         load_of({"lengths_from": str(usage_log), "random_input_len": 100}, spec)
+
+
+async def test_a_real_sweep_point_asks_for_the_files_lengths(tmp_path):
+    """Over HTTP, against the loopback simulated server: each request's max_tokens is one of
+    the file's answer lengths, held with ignore_eos."""
+    from test_sweep_ignore_eos import _bodies_sent
+
+    path = tmp_path / "few.jsonl"
+    path.write_text("".join(json.dumps({"prompt_tokens": 20 + 3 * i, "completion_tokens": 4 + i}) + "\n" for i in range(6)))
+    bodies = await _bodies_sent({"lengths_from": str(path), "num_prompts": 12, "max_concurrency": 4})
+    asked = [b["max_tokens"] for b in bodies if b.get("max_tokens")]
+    assert len(asked) >= 12 and set(asked) <= set(range(4, 10)) and len(set(asked)) > 2
+    assert all(b.get("ignore_eos") is True for b in bodies)
