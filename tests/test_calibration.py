@@ -213,3 +213,18 @@ def test_calibrate_from_keeps_the_studys_client_ceiling_unless_asked_for_the_ser
     assert run("--json", "--no-client-ceiling") == 0
     alone = json.loads(capsys.readouterr().out)["calibrated"][0]["points"][0]["request_throughput"]
     assert kept <= 2.0 * 1.05 < alone
+
+
+@pytest.mark.parametrize("flag", [["--dataset", "sharegpt"], ["--range-ratio", "0.2"], ["--lengths-from", "usage.jsonl"], ["--no-ignore-eos"]])
+def test_calibrate_from_refuses_a_length_shape_it_would_ignore(tmp_path, capsys, flag):
+    """The calibrated curve prices fixed lengths: a shape flag beside --calibrate-from is one
+    line and exit 2, not silently dropped."""
+    from tui.cli import main
+
+    rc = main(["estimate", "--calibrate-from", "any", "--storage", str(tmp_path / "knee.db"), *flag])
+    err = capsys.readouterr().err.strip()
+    assert (
+        rc == 2
+        and err
+        == f"knee: error: {flag[0]} cannot be combined with --calibrate-from (the calibrated curve prices fixed lengths: set them with --input-len/--output-len)"
+    )

@@ -25,6 +25,13 @@ def run_calibrated(args) -> int:
                 f"--{flag} cannot be combined with --calibrate-from",
                 "the calibration describes the study's own model and machine; drop the flag",
             )
+    shapes = {"dataset": "--dataset", "range_ratio": "--range-ratio", "lengths_from": "--lengths-from", "no_ignore_eos": "--no-ignore-eos"}
+    for attr, flag in shapes.items():
+        if getattr(args, attr, None):
+            raise BadInput(
+                f"{flag} cannot be combined with --calibrate-from",
+                "the calibrated curve prices fixed lengths: set them with --input-len/--output-len",
+            )
     store = StudyStore(args.storage or default_storage(getattr(args, "workspace", None)), create=False)
     cal = calib.stored(store, args.calibrate_from)
     spec = store.spec(args.calibrate_from)
