@@ -22,7 +22,7 @@ from core.estimate.track_record import lookup as track_record_of
 from core.estimate.suggest import Suggestion, batched_tokens_values, concurrency_values, render, seqs_values
 from core.spec.hardware import Hardware
 from core.spec.model import ModelArch
-from core.spec.lengths import request_lengths
+from core.estimate.requests import plan_workload
 from core.spec.plan import Plan
 from core.spec.serving import ServerConfig
 from core.spec.slo import SLO, parse_constraints
@@ -206,38 +206,7 @@ def estimate(
             hardware = resolve_hardware(gpu=plan.gpu, num_gpus=num_gpus, gpu_p2p=p2p)
         else:
             hardware = resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance, gpu_p2p=p2p)
-    dataset_given, dataset = dataset, dataset or plan.dataset
-    if dataset not in ("random", "sharegpt", "shared-prefix", "corpus"):
-        raise BadInput(f"unknown dataset {dataset!r}", "use random or sharegpt")
-    ignore_eos = plan.ignore_eos if ignore_eos is None else ignore_eos
-    log = None
-    if lengths_from is None and workload is None and all(v is None for v in (input_len, output_len, range_ratio, dataset_given)):
-        lengths_from = plan.lengths_from  # a length flag overrides the plan's file, as any flag its field
-    if lengths_from is not None:
-        from core.spec.length_log import read_lengths
-
-        given = [
-            n
-            for n, v in (("--input-len", input_len), ("--output-len", output_len), ("--range-ratio", range_ratio), ("--dataset", dataset_given))
-            if v is not None
-        ]
-        if given:
-            raise BadInput(f"{', '.join(given)} and --lengths-from both set the lengths", "give one of them")
-        log = read_lengths(lengths_from)
-        # Lengths that were served: each answer is held to its own (no EOS shape on top).
-        workload = Workload(input=log.input, output=log.output, num_prompts=plan.num_prompts)
-        ignore_eos = True
-    if workload is None and dataset == "sharegpt":
-        # ShareGPT's bundled length shape (core/spec/lengths.py): no file is read; a given
-        # --input-len/--output-len replaces that side's mean.
-        inp, out = request_lengths("sharegpt", input_len, output_len, ignore_eos=ignore_eos)
-        workload = Workload(input=inp, output=out, dataset="sharegpt", num_prompts=plan.num_prompts, ignore_eos=ignore_eos)
-    if workload is None:
-        i = input_len if input_len is not None else plan.input_len
-        o = output_len if output_len is not None else plan.output_len
-        r = range_ratio if range_ratio is not None else plan.range_ratio
-        inp, out = request_lengths("random", i, o, r)
-        workload = Workload(input=inp, output=out, num_prompts=plan.num_prompts, ignore_eos=ignore_eos)
+    workload, log = plan_workload(plan, workload, input_len, output_len, range_ratio, dataset, ignore_eos, lengths_from)
     slo = constraints if isinstance(constraints, SLO) else parse_constraints(constraints if constraints is not None else plan.constraints)
     engine_version = engine_version or plan.engine_version
     eng = (engine or plan.engine or "vllm").lower()
