@@ -133,10 +133,16 @@ def test_a_plans_lengths_file_reaches_its_estimate_recommendation_and_sweep(usag
     w = view.report.workload
     assert w["lengths_from"]["requests"] == 2000 and w["input_len"] == pytest.approx(log.input.mean, rel=0.01)
     assert view.title.endswith(f"· {w['input_len']:.0f}/{w['output_len']:.0f} tok from usage.jsonl")
-    req = request_for(plan)
-    assert (req.lengths_from, req.input_len) == (plan.lengths_from, log.input.mean)
-    rec = recommend(req.__class__(**{**req.__dict__, "instances": "ml.g6e.xlarge"}))
+    req = request_for(plan)  # on the UI thread: names the file, does not read it
+    assert req.lengths_from == plan.lengths_from
+    rec = recommend(req.__class__(**{**req.__dict__, "instances": "ml.g6e.xlarge"}))  # the worker reads it
+    assert (rec.request.input_len, rec.request.output_len) == (log.input.mean, log.output.mean)
     assert summary(rec).startswith(f"Qwen/Qwen3-4B · {log.input.mean:.0f}/{log.output.mean:.0f} tok from file")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    request_for(plan.model_copy(update={"lengths_from": str(bad)}))  # no error before the worker
+    with pytest.raises(BadInput, match="bad.jsonl line 1: no token counts"):
+        recommend(request_for(plan.model_copy(update={"lengths_from": str(bad)})))
     # The sweep's random prompts take the file's lengths, each answer held to its length
     # even where the plan lets answers end at EOS (the file's answers were served).
     spec = spec_from_plan(plan.model_copy(update={"ignore_eos": False}))

@@ -10,6 +10,7 @@ under-provision the endpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class RecommendRequest:
     range_ratio: float = 0.0
     ignore_eos: bool = True
     # A file of served requests' token counts (core.spec.length_log): their lengths replace
-    # the shape above; input_len / output_len are then only what the reports print.
+    # the shape above; recommend() puts the file's means in input_len / output_len.
     lengths_from: str | None = None
 
     def lengths(self):
@@ -199,8 +200,11 @@ def recommend(req: RecommendRequest) -> Recommendation:
         raise BadInput(f"--target-rps must be positive, got {req.target_rps:g}")
     from core.spec.workload import Workload
 
-    # Read (a file) and checked once, before any instance is estimated.
+    # Read (a file) and checked once, before any instance is estimated; a file's means are
+    # what the reports print (the request's own lengths stand for nothing then).
     inp, out = req.lengths()
+    if req.lengths_from:
+        req = dataclasses.replace(req, input_len=inp.mean, output_len=out.mean)
     # A file's lengths were served: each answer is held to its own.
     workload = Workload(input=inp, output=out, dataset=req.dataset, ignore_eos=req.ignore_eos or bool(req.lengths_from))
     names = select_instances(req.instances)

@@ -85,8 +85,6 @@ def run(args) -> int:
     output_len = args.output_len if args.output_len is not None else (SHAREGPT_OUTPUT_MEAN if sharegpt else plan.output_len if plan else 512)
     range_ratio = args.range_ratio if args.range_ratio is not None else (plan.range_ratio if plan and not sharegpt else 0.0)
     if args.lengths_from:
-        from core.spec.length_log import read_lengths
-
         clash = [
             f
             for f, v in (
@@ -99,8 +97,7 @@ def run(args) -> int:
         ]
         if clash:
             raise BadInput(f"{', '.join(clash)} and --lengths-from both set the lengths", "give one of them")
-        log = read_lengths(args.lengths_from)
-        dataset, range_ratio, input_len, output_len = "random", 0.0, log.input.mean, log.output.mean
+        dataset, range_ratio = "random", 0.0  # the file's lengths: recommend() reports their means
     req = RecommendRequest(
         model=model,
         input_len=input_len,
@@ -118,7 +115,7 @@ def run(args) -> int:
     )
     rec = recommend(req)
     if args.measure is not None:
-        return _measure(args, req, rec, opts)
+        return _measure(args, rec.request, rec, opts)  # rec's request: a lengths file's means filled in
     if args.json:
         d = rec.as_dict()
         if not args.all_layouts:
@@ -127,7 +124,8 @@ def run(args) -> int:
         return 0
     rows = rec.ranked if args.all_layouts else rec.best_per_instance
     target = f", {req.target_rps:g} req/s" if req.target_rps else ""
-    print(f"knee recommend: {req.model}, {req.workload_label}, constraints {req.constraints or 'none'}{target}; goal {req.goal}")
+    q = rec.request
+    print(f"knee recommend: {q.model}, {q.workload_label}, constraints {q.constraints or 'none'}{target}; goal {q.goal}")
     head = f"{'#':>2}  {'instance':<20} {'layout':<9} {'req/s (low-high)':<20} {'count':>5} {'$/h':>9} {'$/1M out':>9}  bottleneck"
     print(head)
     print("-" * len(head))

@@ -43,12 +43,9 @@ def request_for(plan: Plan, goal: str = "cost", target_rps: float | None = None)
     from core.spec.lengths import SHAREGPT_INPUT_MEAN, SHAREGPT_OUTPUT_MEAN
 
     sharegpt = plan.dataset == "sharegpt" and not plan.lengths_from
+    # A lengths file is read by the ranking's worker (it may be large, or bad: not here, on
+    # the UI thread), which reports the file's means in the Recommendation's request.
     input_len, output_len = (SHAREGPT_INPUT_MEAN, SHAREGPT_OUTPUT_MEAN) if sharegpt else (plan.input_len, plan.output_len)
-    if plan.lengths_from:
-        from core.spec.length_log import read_lengths
-
-        log = read_lengths(plan.lengths_from)
-        input_len, output_len = log.input.mean, log.output.mean
     return RecommendRequest(
         model=plan.model,
         # A ShareGPT plan ranks on the bundled shape at its own means, as its Estimate does.
