@@ -82,7 +82,7 @@ def test_a_bad_file_names_its_line(tmp_path, text, name, msg):
 def test_the_estimate_and_the_recommendation_read_the_file(usage_log):
     log = read_lengths(usage_log)
     rep = estimate(Plan(gpu="H100-SXM", num_gpus=1, instance=None), lengths_from=str(usage_log), concurrency=[1, 32])
-    assert rep.workload["lengths_from"] == {"path": str(usage_log), "requests": 2000}
+    assert rep.workload["lengths_from"] == {"path": str(usage_log), "requests": 2000, "cached_tokens": 0.0}
     assert rep.workload["input_len"] == pytest.approx(log.input.mean, rel=0.01)
     fixed = estimate(Plan(gpu="H100-SXM", num_gpus=1, instance=None), concurrency=[1, 32])
     assert rep.best.predictions[0].e2e_s.p99 != fixed.best.predictions[0].e2e_s.p99
@@ -167,3 +167,41 @@ async def test_a_real_sweep_point_asks_for_the_files_lengths(tmp_path):
     asked = [b["max_tokens"] for b in bodies if b.get("max_tokens")]
     assert len(asked) >= 12 and set(asked) <= set(range(4, 10)) and len(set(asked)) > 2
     assert all(b.get("ignore_eos") is True for b in bodies)
+
+
+def test_cached_prompt_tokens_become_a_shared_prefix_that_prefills_for_free(tmp_path):
+    """A chat log whose usage says 80% of each prompt came from the prefix cache: the mean
+    cached count becomes a prefix every prompt shares, the rest each prompt's suffix (the
+    mean prompt kept); its TTFT is priced on the uncached part; the sweep sends that prefix."""
+    from core.spec.study import SweepSpec
+    from core.sweep.space import load_of
+
+    rng = random.Random(3)
+    hit, miss = tmp_path / "chat.jsonl", tmp_path / "plain.jsonl"
+    with hit.open("w") as h, miss.open("w") as m:
+        for _ in range(500):
+            p, o = int(rng.lognormvariate(7.5, 0.5)) + 50, int(rng.lognormvariate(5.0, 0.6)) + 1
+            usage = {"prompt_tokens": p, "completion_tokens": o}
+            m.write(json.dumps({"usage": usage}) + "\n")
+            h.write(json.dumps({"usage": {**usage, "prompt_tokens_details": {"cached_tokens": int(p * 0.8) // 16 * 16}}}) + "\n")
+    log = read_lengths(hit)
+    assert 0.75 < log.cached / log.input.mean < 0.8 and read_lengths(miss).cached == 0
+    wl = log.workload()
+    assert (wl.dataset, wl.shared_prefix_len) == ("shared-prefix", round(log.cached))
+    assert wl.input.mean + wl.prepended_len == pytest.approx(log.input.mean, rel=0.02)
+    assert read_lengths(miss).workload().dataset == "random"
+
+    def ttft(path):
+        rep = estimate(Plan(gpu="H100-SXM", num_gpus=1, instance=None), lengths_from=str(path), concurrency=[1])
+        return rep, rep.best.predictions[0].ttft_ms.mean
+
+    (cached_rep, with_cache), (_, without) = ttft(hit), ttft(miss)
+    assert with_cache < 0.6 * without
+    assert cached_rep.workload["lengths_from"]["cached_tokens"] == pytest.approx(log.cached, abs=0.1)
+    swept, _ = load_of({"lengths_from": str(hit), "max_concurrency": 4}, SweepSpec(model=MODEL))
+    assert (swept.dataset, swept.shared_prefix_len) == ("shared-prefix", wl.shared_prefix_len)
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt_tokens": 10, "completion_tokens": 5, "cached_tokens": 12}) + "\n")
+    with pytest.raises(BadInput, match="bad.jsonl line 1: cached_tokens 12 is not between 0 and the prompt's 10"):
+        read_lengths(bad)

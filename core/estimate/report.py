@@ -312,7 +312,7 @@ def estimate(
             "num_prompts": workload.num_prompts,
             "dataset": workload.dataset,
             "ignore_eos": workload.ignore_eos,
-            "lengths_from": {"path": log.path, "requests": log.requests} if log else None,
+            "lengths_from": {"path": log.path, "requests": log.requests, "cached_tokens": round(log.cached, 1)} if log else None,
         },
         engine=eng,
         engine_version=engine_version,

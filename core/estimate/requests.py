@@ -43,7 +43,7 @@ def plan_workload(
             raise BadInput(f"{', '.join(given)} and --lengths-from both set the lengths", "give one of them")
         log = read_lengths(lengths_from)
         # Lengths that were served: each answer is held to its own (no EOS shape on top).
-        return Workload(input=log.input, output=log.output, num_prompts=plan.num_prompts), log
+        return log.workload(plan.num_prompts), log
     if dataset == "sharegpt":
         # ShareGPT's bundled length shape (core/spec/lengths.py): no file is read; a given
         # --input-len/--output-len replaces that side's mean.

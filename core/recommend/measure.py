@@ -307,7 +307,6 @@ def measure(
     from core.recommend.probe import bench_endpoint
     from core.results import StudyStore, default_storage
     from core.spec.slo import parse_constraints
-    from core.spec.workload import Workload
 
     clients = clients or ops.make_clients(opts.region)
     store = store or StudyStore(opts.storage or default_storage())
@@ -323,8 +322,8 @@ def measure(
     # The ranked requests' lengths, as random tokens: a ShareGPT plan is measured on its shape
     # (the file's text is not needed to load an endpoint), each answer held to its drawn length
     # (ignore_eos), so the lengths measured are the lengths predicted.
-    inp, out = req.lengths()
-    wl = Workload(input=inp, output=out, num_prompts=opts.max_prompts)
+    wl = req.workload(num_prompts=opts.max_prompts)
+    wl = wl.model_copy(update={"dataset": "random" if wl.dataset == "sharegpt" else wl.dataset, "ignore_eos": True})
     prompts = make_prompts(wl, load_tokenizer(req.model))
     try:
         _deploy_all(finals, clients, opts, ops, cancel, say, protect)

@@ -44,15 +44,22 @@ class RecommendRequest:
     # the shape above; recommend() puts the file's means in input_len / output_len.
     lengths_from: str | None = None
 
-    def lengths(self):
-        """(prompt, output) :class:`LengthDist` of the requests ranked and measured."""
-        from core.spec.lengths import request_lengths
+    def workload(self, num_prompts: int = 1000):
+        """The :class:`Workload` ranked and measured; a lengths file's as it reads
+        (:meth:`core.spec.length_log.LengthLog.workload`: its answers held to their lengths,
+        its cached prompt tokens a shared prefix)."""
+        from core.spec.workload import Workload
 
         if self.lengths_from:
             from core.spec.length_log import read_lengths
 
-            log = read_lengths(self.lengths_from)
-            return log.input, log.output
+            return read_lengths(self.lengths_from).workload(num_prompts)
+        inp, out = self.lengths()
+        return Workload(input=inp, output=out, dataset=self.dataset, ignore_eos=self.ignore_eos, num_prompts=num_prompts)
+
+    def lengths(self):
+        """(prompt, output) :class:`LengthDist` of the requests, where no lengths file is given."""
+        from core.spec.lengths import request_lengths
 
         for name, v in (("--input-len", self.input_len), ("--output-len", self.output_len)):
             if not v > 0:
@@ -198,15 +205,11 @@ def recommend(req: RecommendRequest) -> Recommendation:
 
     if req.target_rps is not None and req.target_rps <= 0:
         raise BadInput(f"--target-rps must be positive, got {req.target_rps:g}")
-    from core.spec.workload import Workload
-
     # Read (a file) and checked once, before any instance is estimated; a file's means are
     # what the reports print (the request's own lengths stand for nothing then).
-    inp, out = req.lengths()
+    workload = req.workload()
     if req.lengths_from:
-        req = dataclasses.replace(req, input_len=inp.mean, output_len=out.mean)
-    # A file's lengths were served: each answer is held to its own.
-    workload = Workload(input=inp, output=out, dataset=req.dataset, ignore_eos=req.ignore_eos or bool(req.lengths_from))
+        req = dataclasses.replace(req, input_len=workload.input.mean + workload.prepended_len, output_len=workload.output.mean)
     names = select_instances(req.instances)
     from core.catalog.hardware import instances_in, regions
 

@@ -64,8 +64,8 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         if dataset != "random" or clash:
             what = clash[0] if clash else f"dataset_name={dataset}"
             raise BadInput(f"client args lengths_from and {what} both set the lengths", "give one of them")
-        log = read_lengths(c["lengths_from"])
-        inp, out = log.input, log.output
+        served = read_lengths(c["lengths_from"]).workload()
+        inp, out, ignore_eos = served.input, served.output, True
     elif dataset == "sharegpt":
         # The simulator and the estimator need only lengths: ShareGPT's bundled shape
         # (core/spec/lengths.py), the output's mean replaced where sharegpt_output_len (or
@@ -89,6 +89,9 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         inp = LengthDist(kind="uniform", mean=max(1.0, isl * (1 + ratio) / 2), range_ratio=r)
         out = LengthDist(kind="uniform", mean=max(1.0, osl * (1 + ratio) / 2), range_ratio=r)
     ds = _DATASETS[dataset]
+    prefix = int(c.get("gsp_system_prompt_len", 0)) if ds == "shared-prefix" else 0
+    if c.get("lengths_from"):
+        ds, prefix = served.dataset, served.shared_prefix_len  # a log's cached tokens: a shared prefix
     num_prompts = int(c.get("num_prompts", 1000))
     try:
         workload = Workload(
@@ -96,7 +99,7 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
             output=out,
             dataset=ds,
             dataset_path=c.get("dataset_path"),
-            shared_prefix_len=int(c.get("gsp_system_prompt_len", 0)) if ds == "shared-prefix" else 0,
+            shared_prefix_len=prefix,
             num_prompts=num_prompts,
             warmup=int(c.get("warmup_requests", spec.warmup)),
             seed=int(c.get("seed", spec.seed)),

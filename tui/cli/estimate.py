@@ -172,7 +172,9 @@ def format_report(r) -> str:
     if wl.get("dataset") == "sharegpt":
         rr = " (mean; ShareGPT-like spread, bundled" + ("; answers end at EOS)" if wl.get("ignore_eos") is False else ")")
     elif wl.get("lengths_from"):
-        rr = f" (means; from {wl['lengths_from']['path']}, {wl['lengths_from']['requests']:,} requests)"
+        lf = wl["lengths_from"]
+        cached = f"; {lf['cached_tokens']:.0f} prompt tokens a request from the prefix cache" if lf.get("cached_tokens") else ""
+        rr = f" (means; from {lf['path']}, {lf['requests']:,} requests{cached})"
     elif wl.get("ignore_eos") is False:
         # knee has no shape for where a random prompt's answer stops: the length is its cap.
         rr += " (answers may end sooner at EOS: read as their caps)"
