@@ -576,3 +576,24 @@ async def test_the_selected_trial_shows_the_tail_of_its_server_log(tmp_path):
         assert len(shown) <= 200  # only the tail is read
         row = app.screen.table.selected()
         assert row.status == "failed" and row.reason == "crashed: exit 1"
+
+
+async def test_a_lengths_file_in_the_plan_is_read_once_and_summarised(tmp_path):
+    """The Plan screen reads a lengths file in a worker, shows what it holds (or the line it
+    cannot read), and the plan takes it only once it reads."""
+    import json as _json
+
+    good, bad = tmp_path / "usage.jsonl", tmp_path / "bad.jsonl"
+    good.write_text("".join(_json.dumps({"usage": {"prompt_tokens": 100 + i, "completion_tokens": 20 + i}}) + "\n" for i in range(40)))
+    bad.write_text('{"prompt_tokens": 5, "completion_tokens": 1}\n{"prompt": "x"}\n')
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        await set_field(pilot, "lengths_from", str(good))
+        await wait_until(pilot, lambda: "40 requests" in note(app, "lengths_from"), what="the lengths file's summary")
+        assert "means 120 in / 40 out" in note(app, "lengths_from")
+        await wait_until(pilot, lambda: app.plan.lengths_from == str(good.resolve()), what="the plan taking the file")
+        await set_field(pilot, "lengths_from", str(bad))
+        await wait_until(pilot, lambda: "✗" in note(app, "lengths_from"), what="the bad file's error")
+        assert "bad.jsonl line 2: no token counts" in note(app, "lengths_from")
+        assert app.plan.lengths_from == str(good.resolve())  # the last good plan stays

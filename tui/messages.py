@@ -19,6 +19,18 @@ if TYPE_CHECKING:
 
 
 @dataclass
+class LengthsRead(Message):
+    """A plan's lengths file was read (``key``: its path and modification time)."""
+
+    key: str
+    summary: str | None
+    error: str | None
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, LengthsRead) and message.key == self.key
+
+
+@dataclass
 class ModelResolved(Message):
     """The model reference in the plan was looked up (catalog, cache or hub)."""
 

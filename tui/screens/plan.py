@@ -20,7 +20,7 @@ from core.catalog import bundled_models, instances
 from core.errors import KneeError
 from core.spec.plan import Plan
 from tui.data.plan_form import CHOICE_FIELDS, check_fields, fields_from_plan
-from tui.messages import ModelResolved
+from tui.messages import LengthsRead, ModelResolved
 from tui.screens.base import LEAVE_FIELD, KneeScreen
 from tui.widgets.form_field import FormField
 from tui.widgets.ordered_input import OrderedInput
@@ -87,6 +87,8 @@ class PlanScreen(KneeScreen):
         super().__init__()
         # ref -> (summary, error): the model lookup is slow once, instant after
         self._models: dict[str, tuple[str | None, str | None]] = {}
+        # lengths file (path@mtime) -> (summary, error): read once per version of the file
+        self._lengths: dict[str, tuple[str | None, str | None]] = {}
 
     # ---- accessors ----------------------------------------------------------------------
     def field(self, field_id: str) -> FormField:
@@ -154,6 +156,24 @@ class PlanScreen(KneeScreen):
                 plan = None
             else:
                 hints["model"] = known[0] or ""
+        lengths = self.field("lengths_from").value.strip()
+        if "lengths_from" not in errors and lengths:
+            # Summarised like the model: read in a worker (a log may be large), once per version.
+            path = Path(lengths).expanduser().resolve()
+            try:
+                key = f"{path}@{path.stat().st_mtime_ns}"
+            except OSError:  # gone since check_fields saw it
+                key, self._lengths[f"{path}@gone"] = f"{path}@gone", (None, f"no file at {lengths}")
+            read = self._lengths.get(key)
+            if read is None:
+                hints["lengths_from"] = "reading the file…"
+                self.read_lengths_file(str(path), key)
+                plan = None
+            elif read[1]:
+                errors["lengths_from"] = read[1]
+                plan = None
+            else:
+                hints["lengths_from"] = f"{read[0]}: replaces input/output tokens, range ratio and the dataset's shape"
         for f in self.fields:
             f.show(errors.get(f.field_id), hints.get(f.field_id))
         self._engine_fields()
@@ -182,6 +202,23 @@ class PlanScreen(KneeScreen):
         except Exception as e:  # the hub or transformers failing in their own ways
             summary, error = None, f"could not read {ref}: {e}"
         self.post_message(ModelResolved(ref, summary, error))
+
+    @work(thread=True, exclusive=True, group="lengths-file")
+    def read_lengths_file(self, path: str, key: str) -> None:
+        from core.spec.length_log import read_lengths
+
+        try:
+            summary, error = read_lengths(path).describe(), None
+        except KneeError as e:
+            summary, error = None, str(e)
+        except OSError as e:
+            summary, error = None, f"could not read {path}: {e.strerror}"
+        self.post_message(LengthsRead(key, summary, error))
+
+    @on(LengthsRead)
+    def _lengths_read(self, message: LengthsRead) -> None:
+        self._lengths[message.key] = (message.summary, message.error)
+        self.recheck()
 
     @on(ModelResolved)
     def _model_resolved(self, message: ModelResolved) -> None:
