@@ -207,3 +207,17 @@ def test_installed_command_prints_no_traceback():
     assert p.returncode == 2
     assert "Traceback" not in p.stderr
     assert p.stderr.count("knee: error:") == 1
+
+
+def test_lengths_from_sends_the_files_lengths(server, capsys, tmp_path):
+    """--lengths-from: random prompts at the lengths of the user's own requests; the result
+    counts exactly the file's answer lengths (each held with ignore_eos)."""
+    log = tmp_path / "usage.jsonl"
+    log.write_text("".join(json.dumps({"prompt_tokens": 20 + i, "completion_tokens": 3 + i}) + "\n" for i in range(4)))
+    common = ["--url", server.url, "--model", "cadence", "--api-key", "k-123", "--concurrency", "2", "--num-prompts", "8", "--seed", "1"]
+    rc, out, err = bench(capsys, *common, "--lengths-from", str(log), "--json", "--save-detailed")
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["completed"] == 8 and set(res["output_lens"]) <= {3, 4, 5, 6} and len(set(res["output_lens"])) > 1
+    rc, _, err = bench(capsys, *common, "--lengths-from", str(log), "--output-len", "5")
+    assert_one_line_error(rc, err, "--output-len and --lengths-from both set the lengths")

@@ -44,10 +44,15 @@ def register(sub) -> None:
     d = p.add_argument_group("dataset")
     d.add_argument("--dataset", choices=["random", "sharegpt", "shared-prefix", "corpus"], default="random")
     d.add_argument("--dataset-path", help="ShareGPT JSON/JSONL file (for --dataset sharegpt)")
-    d.add_argument("--input-len", type=int, default=1024, help="prompt tokens (random, shared-prefix suffix)")
-    d.add_argument("--output-len", type=int, default=128, help="output tokens asked for (max_tokens)")
-    d.add_argument("--range-ratio", type=float, default=0.0, help="lengths uniform in [L(1-r), L(1+r)]")
-    d.add_argument("--prefix-len", type=int, default=0, help="shared prefix tokens (shared-prefix)")
+    d.add_argument("--input-len", type=int, help="prompt tokens (random, shared-prefix suffix; default 1024)")
+    d.add_argument("--output-len", type=int, help="output tokens asked for (max_tokens; default 128)")
+    d.add_argument("--range-ratio", type=float, help="lengths uniform in [L(1-r), L(1+r)] (default 0)")
+    d.add_argument("--prefix-len", type=int, help="shared prefix tokens (shared-prefix)")
+    d.add_argument(
+        "--lengths-from",
+        metavar="FILE",
+        help="random prompts at your own requests' lengths (as knee estimate --lengths-from; cached tokens become a shared prefix)",
+    )
     d.add_argument("--sharegpt-output-len", action="store_true", help="with sharegpt, use --output-len instead of the replies' lengths")
     d.add_argument("--tokenizer", help="tokenizer path or HF id (default: --model, from a local path or the HF cache)")
     d.add_argument("--seed", type=int, default=0)
@@ -84,6 +89,15 @@ def _check(args):
         raise BadInput("--inference-component belongs to a SageMaker endpoint", "pass --sagemaker-endpoint NAME with it")
     if args.url and not args.url.startswith(("http://", "https://")):
         raise BadInput(f"--url must start with http:// or https://, got {args.url!r}")
+    if args.lengths_from:
+        clash = [f"--{n.replace('_', '-')}" for n in ("input_len", "output_len", "range_ratio", "prefix_len") if getattr(args, n) is not None]
+        clash += ["--dataset"] if args.dataset != "random" else []
+        if clash:
+            raise BadInput(f"{', '.join(clash)} and --lengths-from both set the lengths", "give one of them")
+    args.input_len = 1024 if args.input_len is None else args.input_len
+    args.output_len = 128 if args.output_len is None else args.output_len
+    args.range_ratio = 0.0 if args.range_ratio is None else args.range_ratio
+    args.prefix_len = 0 if args.prefix_len is None else args.prefix_len
     for name in ("concurrency", "num_prompts", "input_len", "output_len"):
         v = getattr(args, name)
         if v is not None and v < 1:
@@ -148,6 +162,11 @@ def run(args) -> int:
         warmup=args.warmup,
         seed=args.seed,
     )
+    if args.lengths_from:
+        from core.spec.length_log import read_lengths
+
+        served = read_lengths(args.lengths_from).workload()
+        w = w.model_copy(update={k: getattr(served, k) for k in ("input", "output", "dataset", "shared_prefix_len")})
     prompts = make_prompts(w, tok, n=n_prompts, output_override=args.sharegpt_output_len)
     target = _target(args)
 
