@@ -373,12 +373,14 @@ async def test_a_plan_built_for_older_fields_never_replaces_the_current_one(demo
 def test_a_late_result_of_a_superseded_worker_never_drops_the_current_one():
     """A cancelled thread worker runs to its end, so its result can land behind the one
     that replaced it; coalescing must not let the late one drop the current one."""
-    from tui.messages import DeployPlanned, EstimateReady, ModelResolved
+    from tui.messages import DeployPlanned, EstimateReady, FieldLookedUp
 
     current, late = DeployPlanned("plan B", generation=2), DeployPlanned("plan A", generation=1)
     assert not current.can_replace(late) and late.can_replace(current)
-    assert not ModelResolved("org/b", "b", None).can_replace(ModelResolved("org/a", "a", None))
-    assert ModelResolved("org/a", None, "x").can_replace(ModelResolved("org/a", "a", None))
+    assert not FieldLookedUp("model", "org/b", "b", None).can_replace(FieldLookedUp("model", "org/a", "a", None))
+    assert FieldLookedUp("model", "org/a", None, "x").can_replace(FieldLookedUp("model", "org/a", "a", None))
+    # A file read and a model looked up under the same text are different lookups.
+    assert not FieldLookedUp("lengths_from", "org/a", "a", None).can_replace(FieldLookedUp("model", "org/a", "a", None))
     plan_b = demo_plan().model_copy(update={"model": "Qwen/Qwen3-8B"})
     assert not EstimateReady(plan_b, None).can_replace(EstimateReady(demo_plan(), None))
 

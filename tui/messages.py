@@ -19,28 +19,19 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class LengthsRead(Message):
-    """A plan's lengths file was read (``key``: its path and modification time)."""
+class FieldLookedUp(Message):
+    """A Plan field's slow check finished in a worker: the model reference looked up
+    (catalog, cache or hub), a lengths file read. ``key``: what was checked (the reference;
+    the file's path and version)."""
 
+    field: str
     key: str
     summary: str | None
     error: str | None
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, LengthsRead) and message.key == self.key
-
-
-@dataclass
-class ModelResolved(Message):
-    """The model reference in the plan was looked up (catalog, cache or hub)."""
-
-    ref: str
-    summary: str | None
-    error: str | None
-
-    def can_replace(self, message: Message) -> bool:
-        # Only a result for the same reference: a late one for another must not drop this.
-        return isinstance(message, ModelResolved) and message.ref == self.ref
+        # Only a result for the same thing: a late one for another must not drop this.
+        return isinstance(message, FieldLookedUp) and (message.field, message.key) == (self.field, self.key)
 
 
 @dataclass

@@ -20,7 +20,7 @@ from core.catalog import bundled_models, instances
 from core.errors import KneeError
 from core.spec.plan import Plan
 from tui.data.plan_form import CHOICE_FIELDS, check_fields, fields_from_plan
-from tui.messages import LengthsRead, ModelResolved
+from tui.messages import FieldLookedUp
 from tui.screens.base import LEAVE_FIELD, KneeScreen
 from tui.widgets.form_field import FormField
 from tui.widgets.ordered_input import OrderedInput
@@ -86,9 +86,9 @@ class PlanScreen(KneeScreen):
     def __init__(self) -> None:
         super().__init__()
         # ref -> (summary, error): the model lookup is slow once, instant after
-        self._models: dict[str, tuple[str | None, str | None]] = {}
-        # lengths file (path@mtime) -> (summary, error): read once per version of the file
-        self._lengths: dict[str, tuple[str | None, str | None]] = {}
+        # (field, what was checked) -> (summary, error): a model reference is slow to look up
+        # once and instant after; a lengths file is read once per version (path@mtime).
+        self._looked_up: dict[tuple[str, str], tuple[str | None, str | None]] = {}
 
     # ---- accessors ----------------------------------------------------------------------
     def field(self, field_id: str) -> FormField:
@@ -146,7 +146,7 @@ class PlanScreen(KneeScreen):
         plan, errors, hints = check_fields(self.values())
         model_ref = self.field("model").value.strip()
         if "model" not in errors and model_ref:
-            known = self._models.get(model_ref)
+            known = self._looked_up.get(("model", model_ref))
             if known is None:
                 hints["model"] = "looking the model up…"
                 self.resolve_model(model_ref)
@@ -163,8 +163,9 @@ class PlanScreen(KneeScreen):
             try:
                 key = f"{path}@{path.stat().st_mtime_ns}"
             except OSError:  # gone since check_fields saw it
-                key, self._lengths[f"{path}@gone"] = f"{path}@gone", (None, f"no file at {lengths}")
-            read = self._lengths.get(key)
+                key = f"{path}@gone"
+                self._looked_up["lengths_from", key] = (None, f"no file at {lengths}")
+            read = self._looked_up.get(("lengths_from", key))
             if read is None:
                 hints["lengths_from"] = "reading the file…"
                 self.read_lengths_file(str(path), key)
@@ -201,7 +202,7 @@ class PlanScreen(KneeScreen):
             summary, error = None, str(e)
         except Exception as e:  # the hub or transformers failing in their own ways
             summary, error = None, f"could not read {ref}: {e}"
-        self.post_message(ModelResolved(ref, summary, error))
+        self.post_message(FieldLookedUp("model", ref, summary, error))
 
     @work(thread=True, exclusive=True, group="lengths-file")
     def read_lengths_file(self, path: str, key: str) -> None:
@@ -213,16 +214,11 @@ class PlanScreen(KneeScreen):
             summary, error = None, str(e)
         except OSError as e:
             summary, error = None, f"could not read {path}: {e.strerror}"
-        self.post_message(LengthsRead(key, summary, error))
+        self.post_message(FieldLookedUp("lengths_from", key, summary, error))
 
-    @on(LengthsRead)
-    def _lengths_read(self, message: LengthsRead) -> None:
-        self._lengths[message.key] = (message.summary, message.error)
-        self.recheck()
-
-    @on(ModelResolved)
-    def _model_resolved(self, message: ModelResolved) -> None:
-        self._models[message.ref] = (message.summary, message.error)
+    @on(FieldLookedUp)
+    def _looked_up_done(self, message: FieldLookedUp) -> None:
+        self._looked_up[message.field, message.key] = (message.summary, message.error)
         self.recheck()
 
     # ---- actions ------------------------------------------------------------------------
