@@ -8,7 +8,7 @@ else ShareGPT's bundled shape about the given means; else fixed or uniform lengt
 from __future__ import annotations
 
 from core.errors import BadInput
-from core.spec.length_log import LengthLog, read_lengths
+from core.spec.length_log import LengthLog, read_lengths, refuse_lengths_beside
 from core.spec.lengths import request_lengths
 from core.spec.plan import Plan
 from core.spec.workload import Workload
@@ -38,9 +38,7 @@ def plan_workload(
     if lengths_from is None and all(v is None for _, v in flags):
         lengths_from = plan.lengths_from  # a length flag overrides the plan's file, as any flag its field
     if lengths_from is not None:
-        given = [n for n, v in flags if v is not None]
-        if given:
-            raise BadInput(f"{', '.join(given)} and --lengths-from both set the lengths", "give one of them")
+        refuse_lengths_beside(flags)
         log = read_lengths(lengths_from)
         # Lengths that were served: each answer is held to its own (no EOS shape on top).
         return log.workload(plan.num_prompts), log

@@ -113,16 +113,16 @@ def render(
         server += f";stream_interval=[{','.join(map(str, stream_intervals))}]"
     num_prompts = max(1000, 2 * max(concurrency))
     conc = ",".join(map(str, concurrency))
-    if dataset == "sharegpt":
+    if lengths_from:
+        # The user's own requests' lengths (knee's client arg; llm-optimizer's client keeps the means).
+        knee_client = f"lengths_from={lengths_from}"
+    elif dataset == "sharegpt":
         # The sweep's simulator takes ShareGPT's bundled lengths; a real run reads the file.
         knee_client = "dataset_name=sharegpt;dataset_path=ShareGPT_V3_unfiltered_cleaned_split.json"
     else:
         knee_client = f"dataset_name=random;random_input_len={input_len};random_output_len={output_len}"
         if range_ratio:
             knee_client += f";random_range_ratio={range_ratio:g}"
-    if lengths_from:
-        # The user's own requests' lengths (knee's client arg; llm-optimizer's client keeps the means).
-        knee_client = f"lengths_from={lengths_from}"
     knee_client += f";max_concurrency=[{conc}];num_prompts={num_prompts}"
     # llm-optimizer's client draws lengths in [S*r, S]: r = 1 means fixed lengths.
     if range_ratio:

@@ -73,9 +73,7 @@ class RecommendRequest:
         """The requests in words, for a report's first line."""
         from core.spec.lengths import describe
 
-        if self.lengths_from:
-            return f"lengths from {self.lengths_from} (means {self.input_len:.0f} in / {self.output_len:.0f} out)"
-        return describe(self.dataset, self.input_len, self.output_len, self.range_ratio, self.ignore_eos)
+        return describe(self.dataset, self.input_len, self.output_len, self.range_ratio, self.ignore_eos, source=self.lengths_from)
 
 
 @dataclass(frozen=True)

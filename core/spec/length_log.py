@@ -72,6 +72,14 @@ class LengthLog:
         )
 
 
+def refuse_lengths_beside(flags) -> None:
+    """BadInput naming every ``(flag, value)`` given (not None) beside ``--lengths-from``: both
+    would set the lengths, and silently preferring one hides the other."""
+    given = [name for name, v in flags if v is not None]
+    if given:
+        raise BadInput(f"{', '.join(given)} and --lengths-from both set the lengths", "give one of them")
+
+
 def read_lengths(path: str | Path) -> LengthLog:
     """Both sides' length distributions from ``path`` (see the module docstring); BadInput
     naming the file, the line and what is wrong."""

@@ -171,10 +171,23 @@ def request_lengths(
     return LengthDist.of(input_len), LengthDist.of(output_len)
 
 
-def describe(dataset: str, input_len: float, output_len: float, range_ratio: float = 0.0, ignore_eos: bool = True, short: bool = False) -> str:
+def describe(
+    dataset: str,
+    input_len: float,
+    output_len: float,
+    range_ratio: float = 0.0,
+    ignore_eos: bool = True,
+    short: bool = False,
+    source: str | None = None,
+) -> str:
     """The requests in words, as every report names them: ``1024 in / 512 out ±20%``, or
     ``ShareGPT-like lengths (means 231 in / 195 out; answers end at EOS)``; ``short`` for a
-    title or a one-line summary (``1024/512 tok``, ``ShareGPT 231/195 tok to EOS``)."""
+    title or a one-line summary (``1024/512 tok``, ``ShareGPT 231/195 tok to EOS``).
+    ``source``: the lengths file the requests came from (their means), as the report names it."""
+    if source:
+        if short:
+            return f"{input_len:.0f}/{output_len:.0f} tok from {source}"
+        return f"lengths from {source} (means {input_len:.0f} in / {output_len:.0f} out)"
     if dataset == "sharegpt":
         if short:
             return f"ShareGPT {input_len:.0f}/{output_len:.0f} tok" + (" to EOS" if not ignore_eos else "")

@@ -55,6 +55,7 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         raise BadInput(f"output length must be at least 1, got {osl}", "set client arg random_output_len or --output-len")
     ratio = c.get("random_range_ratio")
     ignore_eos = not c.get("disable_ignore_eos", False)
+    served: Workload | None = None  # the lengths file's requests, where client arg lengths_from names one
     if c.get("lengths_from"):
         # Random prompts at the lengths the user's own requests had (each answer held to its
         # length): the same requests the estimate and the recommendation priced.
@@ -90,7 +91,7 @@ def load_of(client_args: dict[str, Any], spec: SweepSpec) -> tuple[Workload, Loa
         out = LengthDist(kind="uniform", mean=max(1.0, osl * (1 + ratio) / 2), range_ratio=r)
     ds = _DATASETS[dataset]
     prefix = int(c.get("gsp_system_prompt_len", 0)) if ds == "shared-prefix" else 0
-    if c.get("lengths_from"):
+    if served is not None:
         ds, prefix = served.dataset, served.shared_prefix_len  # a log's cached tokens: a shared prefix
     num_prompts = int(c.get("num_prompts", 1000))
     try:

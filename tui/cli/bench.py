@@ -90,10 +90,10 @@ def _check(args):
     if args.url and not args.url.startswith(("http://", "https://")):
         raise BadInput(f"--url must start with http:// or https://, got {args.url!r}")
     if args.lengths_from:
-        clash = [f"--{n.replace('_', '-')}" for n in ("input_len", "output_len", "range_ratio", "prefix_len") if getattr(args, n) is not None]
-        clash += ["--dataset"] if args.dataset != "random" else []
-        if clash:
-            raise BadInput(f"{', '.join(clash)} and --lengths-from both set the lengths", "give one of them")
+        from core.spec.length_log import refuse_lengths_beside
+
+        flags = [(f"--{n.replace('_', '-')}", getattr(args, n)) for n in ("input_len", "output_len", "range_ratio", "prefix_len")]
+        refuse_lengths_beside([*flags, ("--dataset", None if args.dataset == "random" else args.dataset)])
     args.input_len = 1024 if args.input_len is None else args.input_len
     args.output_len = 128 if args.output_len is None else args.output_len
     args.range_ratio = 0.0 if args.range_ratio is None else args.range_ratio

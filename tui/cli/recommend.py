@@ -85,18 +85,11 @@ def run(args) -> int:
     output_len = args.output_len if args.output_len is not None else (SHAREGPT_OUTPUT_MEAN if sharegpt else plan.output_len if plan else 512)
     range_ratio = args.range_ratio if args.range_ratio is not None else (plan.range_ratio if plan and not sharegpt else 0.0)
     if args.lengths_from:
-        clash = [
-            f
-            for f, v in (
-                ("--input-len", args.input_len),
-                ("--output-len", args.output_len),
-                ("--dataset", args.dataset),
-                ("--range-ratio", args.range_ratio),
-            )
-            if v is not None
-        ]
-        if clash:
-            raise BadInput(f"{', '.join(clash)} and --lengths-from both set the lengths", "give one of them")
+        from core.spec.length_log import refuse_lengths_beside
+
+        refuse_lengths_beside(
+            (("--input-len", args.input_len), ("--output-len", args.output_len), ("--dataset", args.dataset), ("--range-ratio", args.range_ratio))
+        )
         dataset, range_ratio = "random", 0.0  # the file's lengths: recommend() reports their means
     req = RecommendRequest(
         model=model,

@@ -142,9 +142,8 @@ def _workload(report) -> str:
     from core.spec.lengths import describe
 
     w = report.workload
-    if w.get("lengths_from"):
-        return f"{w['input_len']:.0f}/{w['output_len']:.0f} tok from {Path(w['lengths_from']['path']).name}"
-    return describe(w["dataset"], w["input_len"], w["output_len"], w["range_ratio"], w["ignore_eos"], short=True)
+    source = Path(w["lengths_from"]["path"]).name if w.get("lengths_from") else None
+    return describe(w["dataset"], w["input_len"], w["output_len"], w["range_ratio"], w["ignore_eos"], short=True, source=source)
 
 
 def build_estimate(plan: Plan) -> EstimateView:

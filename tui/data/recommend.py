@@ -227,9 +227,8 @@ def summary(rec: Recommendation) -> str:
 def _lengths(q: RecommendRequest) -> str:
     from core.spec.lengths import describe
 
-    if q.lengths_from:
-        return f"{q.input_len:.0f}/{q.output_len:.0f} tok from file"
-    return describe(q.dataset, q.input_len, q.output_len, q.range_ratio, q.ignore_eos, short=True)
+    # "from file": the path is long for a one-line summary, and the Plan screen shows it.
+    return describe(q.dataset, q.input_len, q.output_len, q.range_ratio, q.ignore_eos, short=True, source="file" if q.lengths_from else None)
 
 
 def detail(c: Candidate, target_rps: float | None) -> str:
