@@ -60,6 +60,7 @@ from bench import llm_optimizer_formulas as lo
 from bench import rows as R
 from bench.knee_predict import predict_knee
 from bench.rows import LABELS, METRICS
+from core.estimate.bands import kind_of
 
 _ape = R.ape
 
@@ -101,6 +102,8 @@ def run(path, loso: bool = False, key: str = "id", sources: list[str] | None = N
                 "gpu": row["gpu"],
                 "engine": f"{row.get('engine')} {row.get('engine_version') or '?'}",
                 "engine_name": row.get("engine"),
+                # The bands and the track record are also kept per model kind (bench/bands.py).
+                "model_kind": kind_of(arch.is_moe),
                 "mode": row["workload"].get("mode"),
                 "assumed_lengths": R.assumed_lengths(row),
                 "measured": meas,

@@ -455,7 +455,24 @@ def test_a_simulated_trial_is_sized_on_the_pessimistic_edge_of_its_band():
     measured = build_plan(_src(), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
     predicted = build_plan(_src(simulated=True), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
     assert measured.sizing.sized_on == "measured" and measured.sizing.request_throughput_per_copy == 1.5
-    edge = pessimistic("req_per_s", 1.5, "vllm")  # the simulator stands in for vLLM, which deploy serves
+    edge = pessimistic("req_per_s", 1.5, "vllm", "dense")  # the simulator stands in for vLLM, which deploy serves
     assert edge < 1.5 and predicted.sizing.request_throughput_per_copy == pytest.approx(edge)
     assert predicted.sizing.instance_count > measured.sizing.instance_count
     assert "pessimistic edge" in predicted.sizing.sized_on and "pessimistic edge" in render_text(predicted)
+
+
+def test_a_simulated_moe_trial_is_sized_on_moe_models_band(monkeypatch):
+    """A MoE model's simulated throughput takes MoE models' own band where the bands file
+    keeps one (knee's published MoE misses are wider than its dense ones), and the plan says
+    whose rows it came from; a dense model's takes the band it had."""
+    from core.estimate import bands
+
+    shipped = bands.table()
+    moe_band = {"low_ratio": 0.3, "high_ratio": 1.2, "rows": 90, "sources": 8, "held_out_coverage": 0.92}
+    monkeypatch.setattr(bands, "table", lambda: {**shipped, "by_kind": {"moe": {"req_per_s": moe_band}}})
+    moe = ServerConfig(model="Qwen/Qwen3-30B-A3B", tp=4, max_num_seqs=64, max_num_batched_tokens=4096)
+    plan = build_plan(_src(config=moe, simulated=True), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
+    assert plan.sizing.request_throughput_per_copy == pytest.approx(1.5 * 0.3)
+    assert "MoE models' rows" in plan.sizing.sized_on
+    dense = build_plan(_src(simulated=True), DeployTarget(instance="ml.g6.12xlarge", target_rps=12))
+    assert dense.sizing.request_throughput_per_copy == pytest.approx(bands.pessimistic("req_per_s", 1.5, "vllm", "dense"))

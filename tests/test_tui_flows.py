@@ -98,9 +98,9 @@ async def test_switching_screens_with_keys_and_the_estimate_follows_the_plan():
         assert screen.memory_table.row_count == 3  # TP 1, 2, 4 on 4x L4
         assert screen.prediction_table.row_count > 0
         assert screen.view is not None and "ml.g6.12xlarge" in screen.view.title
-        # The knee's error band, from held-out residuals (the demo runs on the simulator, vLLM's stand-in).
+        # The knee's error band, from held-out residuals (the demo runs on the simulator, vLLM's stand-in; Qwen3-4B is dense).
         knee = screen.view.report.best.at_knee
-        rps = band("req_per_s", knee.req_per_s, "vllm")
+        rps = band("req_per_s", knee.req_per_s, "vllm", knee.kind)
         limits = str(screen.query_one("#est-limits").render())
         assert "knee's band (held-out runs)" in limits and f"{rps['low']:.2f}-{rps['high']:.2f} req/s" in limits
         for key, kind in (("f3", SweepScreen), ("f4", ParetoScreen), ("f5", DeployScreen), ("f1", PlanScreen)):

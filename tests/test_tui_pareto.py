@@ -167,7 +167,7 @@ def test_the_selected_points_prediction_shows_its_error_band_as_a_dotted_cross(m
     from core.estimate import bands
     from core.estimate.bands import summary_band
 
-    # An engine with a TTFT band of its own (the shipped file has none since 2026-11-29).
+    # An engine with a TTFT band of its own and nothing else (the shipped file's vLLM has four).
     shipped = bands.table()
     own = {"low_ratio": 0.45, "high_ratio": 3.96, "rows": 223, "sources": 15, "held_out_coverage": 0.928}
     monkeypatch.setattr(bands, "table", lambda: {**shipped, "by_engine": {"vllm": {"ttft_ms": own}}})
@@ -185,6 +185,9 @@ def test_the_selected_points_prediction_shows_its_error_band_as_a_dotted_cross(m
     }
     assert ttft["vllm"].y_band == summary_band("p99_ttft_ms", ttft["vllm"].y, "vllm") != ttft["sglang"].y_band
     assert ttft["sglang"].y_band == summary_band("p99_ttft_ms", ttft["sglang"].y, None)  # ... the pooled band elsewhere
+    # ... and the study's model kind before its engine, where the kind has its own (MoE req/s).
+    moe = next(d for d in build(POINTS, "request_throughput", "p99_e2el_ms", SLO, off, engine="vllm", kind="moe").predicted if d.key == "p1")
+    assert moe.x_band == summary_band("request_throughput", moe.x, "vllm", "moe") != guess.x_band
     plain, chart = draw(view, None, 100, 30), draw(view, "p1", 100, 30)
     c, r = chart.cell_of(guess.x, guess.y)
     row = "".join(chart.lines[r])

@@ -33,8 +33,8 @@ def test_a_simulated_studys_best_configuration_shows_its_vllm_command(tmp_path, 
 
 def test_a_simulated_point_carries_its_error_band_in_the_text_and_the_json(tmp_path, capsys):
     """A simulated point is a prediction (issue 11 item 5): ``knee results`` gives the best
-    one's band from held-out residuals (vLLM's where they held), and ``--json`` a low and a high for each of
-    its metrics a band covers."""
+    one's band from held-out residuals (its model kind's, else vLLM's, where they held), and
+    ``--json`` a low and a high for each of its metrics a band covers."""
     import json
 
     from core.estimate.bands import band
@@ -48,8 +48,8 @@ def test_a_simulated_point_carries_its_error_band_in_the_text_and_the_json(tmp_p
     best = json.loads(capsys.readouterr().out)["best"]
     assert best["simulated"] is True
     tok, b = best["summary"]["output_throughput"], best["bands"]["output_throughput"]
-    assert b == band("output_tok_per_s", tok, "vllm")
+    assert b == band("output_tok_per_s", tok, "vllm", "dense")  # the demo's Qwen3-4B: dense models' band
     rps = best["summary"]["request_throughput"]
-    assert best["bands"]["request_throughput"] == band("req_per_s", rps, "vllm")
+    assert best["bands"]["request_throughput"] == band("req_per_s", rps, "vllm", "dense")
     assert best["bands"]["p99_e2el_ms"]["low"] < best["summary"]["p99_e2el_ms"] < best["bands"]["p99_e2el_ms"]["high"]
     assert "completed" not in best["bands"]  # counts have no band

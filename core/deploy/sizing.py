@@ -123,13 +123,14 @@ def _size(
     if src.simulated and (rps or tps):
         # A simulated trial is a prediction: size on the pessimistic edge of its error band
         # (core/estimate/bands.py), so a 1.8x optimistic estimate does not halve the endpoint.
-        from core.estimate.bands import pessimistic, whose
+        from core.estimate.bands import model_kind, pessimistic, whose
 
         # The simulator stands in for vLLM, and what deploy serves is vLLM (the LMI and vLLM
-        # containers): vLLM's own residuals give the band.
-        rps = pessimistic("req_per_s", rps, "vllm") if rps else rps
-        tps = pessimistic("output_tok_per_s", tps, "vllm") if tps else tps
-        sized_on = f"pessimistic edge of the prediction's error band (the low of measured/predicted throughput that held for 90% of held-out published runs, {whose('req_per_s', 'vllm')})"
+        # containers): vLLM's own residuals give the band, or the model kind's (MoE, dense).
+        kind = model_kind(src.config.model)
+        rps = pessimistic("req_per_s", rps, "vllm", kind) if rps else rps
+        tps = pessimistic("output_tok_per_s", tps, "vllm", kind) if tps else tps
+        sized_on = f"pessimistic edge of the prediction's error band (the low of measured/predicted throughput that held for 90% of held-out published runs, {whose('req_per_s', 'vllm', kind)})"
         warnings.append(
             f"throughput is simulated: sized on the {sized_on}, {rps:.2f} req/s per copy"
             if rps

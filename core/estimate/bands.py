@@ -16,6 +16,12 @@ An engine takes its own residuals' band for a metric (``by_engine``) only where 
 pessimistic edge held for 90% of held-out sources' rows (bench/bands.py); on both files only
 vLLM's TTFT does (93%, where its throughputs' own edges held for 82% against the pooled
 band's 92-93%). Any other engine or metric takes the pooled band.
+
+A model kind (``by_kind``: "moe" for mixture-of-experts models, "dense" for the rest) takes its
+own band for a metric by the same rule, and before its engine's: knee's misses on published MoE
+runs (DeepSeek-R1/V3, GLM-4.5-Air, Qwen3-235B, MiniMax on vLLM, measured up to half the
+predicted throughput) are much wider than on dense ones, so a band pooled over both is too
+narrow for the first and too wide for the second.
 """
 
 from __future__ import annotations
@@ -56,28 +62,62 @@ def engine_key(engine: str | None) -> str:
     return "vllm" if name == "sim" or name.startswith("vllm-") else name
 
 
+KIND_LABELS = {"moe": "MoE", "dense": "dense"}
+
+
+def kind_of(is_moe: bool) -> str:
+    """The model kind a band and a track record are kept under."""
+    return "moe" if is_moe else "dense"
+
+
+def model_kind(model: str) -> str | None:
+    """The kind of a model knee bundles the config of ("moe" or "dense"), else None (which
+    takes the bands every model shares): for a stored trial's predictions, whose readers
+    fetch no model config from the network."""
+    from core.catalog.bundled import bundled_config
+    from core.catalog.models import arch_from_config
+
+    cfg = bundled_config(model)
+    return kind_of(arch_from_config(dict(cfg), name=model).is_moe) if cfg is not None else None
+
+
 def _own(engine: str | None) -> dict:
     """``engine``'s own bands by metric (those that held on held-out sources); {} for none."""
     return table().get("by_engine", {}).get(engine_key(engine), {}) if engine else {}
 
 
-def ratios(key: str, engine: str | None = None) -> dict | None:
-    """The band's ``low_ratio``/``high_ratio`` for a prediction key: ``engine``'s own where
-    it has one for this metric, else the pooled one; None where no band is known."""
-    metric = _METRIC_OF.get(key, key)
-    return _own(engine).get(metric) or table()["bands"].get(metric)
+def _kind_own(kind: str | None) -> dict:
+    """The model kind's own bands by metric (those that held on held-out sources); {} for none."""
+    return table().get("by_kind", {}).get(kind, {}) if kind else {}
 
 
-def band(key: str, value: float | None, engine: str | None = None) -> dict[str, float] | None:
+def _whose_rows(metric: str, engine: str | None, kind: str | None) -> tuple[dict | None, str]:
+    """(the band, whose rows it comes from) for one metric: the kind's own, the engine's own,
+    else the pooled one."""
+    if metric in (own := _kind_own(kind)):
+        return own[metric], f"{KIND_LABELS.get(kind or '', kind)} models' rows"
+    if metric in (own := _own(engine)):
+        return own[metric], f"{engine_key(engine)} rows"
+    return table()["bands"].get(metric), "all engines' rows"
+
+
+def ratios(key: str, engine: str | None = None, kind: str | None = None) -> dict | None:
+    """The band's ``low_ratio``/``high_ratio`` for a prediction key: the model kind's own
+    (``kind``: "moe" or "dense") where it has one for this metric, else ``engine``'s own,
+    else the pooled one; None where no band is known."""
+    return _whose_rows(_METRIC_OF.get(key, key), engine, kind)[0]
+
+
+def band(key: str, value: float | None, engine: str | None = None, kind: str | None = None) -> dict[str, float] | None:
     """``{"low", "high"}`` around ``value`` for a prediction key (of ``engine``'s
-    predictions when given), None where no band is known."""
-    b = ratios(key, engine)
+    predictions of a ``kind`` model when given), None where no band is known."""
+    b = ratios(key, engine, kind)
     if b is None or value is None:
         return None
     return {"low": value * b["low_ratio"], "high": value * b["high_ratio"]}
 
 
-def summary_band(key: str, value: float | None, engine: str | None = None) -> tuple[float, float] | None:
+def summary_band(key: str, value: float | None, engine: str | None = None, kind: str | None = None) -> tuple[float, float] | None:
     """(low, high) around a value under a ``vllm bench serve`` summary key (``p99_e2el_ms``,
     ``request_throughput``, ``tokens_per_s_per_user``...): the band of the metric's mean,
     applied to whichever statistic the key names (the residuals are of means; a p99 moves
@@ -89,43 +129,50 @@ def summary_band(key: str, value: float | None, engine: str | None = None) -> tu
     else:
         stem = key.rsplit("_ms", 1)[0].rsplit("_", 1)[-1]
         metric = {"ttft": "ttft_ms", "itl": "itl_ms", "tpot": "itl_ms", "e2el": "e2e_s"}.get(stem, "")
-    b = band(metric, value, engine) if metric else None
+    b = band(metric, value, engine, kind) if metric else None
     return (b["low"], b["high"]) if b else None
 
 
-def summary_bands(summary: dict, engine: str | None = "vllm") -> dict[str, dict[str, float]]:
+def summary_bands(summary: dict, engine: str | None = "vllm", kind: str | None = None) -> dict[str, dict[str, float]]:
     """``{key: {"low", "high"}}`` for every numeric key of a ``vllm bench serve`` summary a
     band covers: what a simulated load point (a prediction, not a measurement) carries."""
     out: dict[str, dict[str, float]] = {}
     for key, value in summary.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            b = summary_band(key, float(value), engine)
+            b = summary_band(key, float(value), engine, kind)
             if b is not None:
                 out[key] = {"low": b[0], "high": b[1]}
     return out
 
 
-def pessimistic(key: str, value: float, engine: str | None = None) -> float:
+def pessimistic(key: str, value: float, engine: str | None = None, kind: str | None = None) -> float:
     """The edge to size on: the high of a latency, the low of a throughput (value if unknown)."""
-    b = band(key, value, engine)
+    b = band(key, value, engine, kind)
     if b is None:
         return value
     return b["high"] if key in LATENCIES else b["low"]
 
 
-def scope(engine: str | None = None) -> str:
-    """Whose residuals the bands of ``engine``'s predictions come from."""
-    own = _own(engine)
-    if not own:
+def scope(engine: str | None = None, kind: str | None = None) -> str:
+    """Whose residuals the bands of ``engine``'s predictions (of a ``kind`` model) come
+    from: "vllm rows", or per metric where they differ ("MoE models' rows for req/s, out
+    tok/s, all engines' otherwise")."""
+    by_whose: dict[str, list[str]] = {}
+    for m in table()["bands"]:
+        by_whose.setdefault(_whose_rows(m, engine, kind)[1], []).append(METRIC_LABELS.get(m, m))
+    pooled = by_whose.pop("all engines' rows", None)
+    if not by_whose:
         return "all engines' rows"
-    if set(own) >= set(table()["bands"]):
-        return f"{engine_key(engine)} rows"
-    return f"{engine_key(engine)} rows for {', '.join(METRIC_LABELS.get(m, m) for m in own)}, all engines' otherwise"
+    if len(by_whose) == 1 and not pooled:
+        return next(iter(by_whose))
+    own = "; ".join(f"{w} for {', '.join(ms)}" for w, ms in by_whose.items())
+    return f"{own}, all engines' otherwise" if pooled else own
 
 
-def whose(key: str, engine: str | None = None) -> str:
-    """Whose rows one prediction key's band comes from: "vllm rows" or "all engines' rows"."""
-    return f"{engine_key(engine)} rows" if _METRIC_OF.get(key, key) in _own(engine) else "all engines' rows"
+def whose(key: str, engine: str | None = None, kind: str | None = None) -> str:
+    """Whose rows one prediction key's band comes from: "MoE models' rows", "vllm rows" or
+    "all engines' rows"."""
+    return _whose_rows(_METRIC_OF.get(key, key), engine, kind)[1]
 
 
 def provenance() -> str:
@@ -133,9 +180,9 @@ def provenance() -> str:
     return "held-out runs" if table().get("predictions") == "leave-one-source-out" else "in-sample runs"
 
 
-def source(engine: str | None = None, key: str | None = None) -> str:
+def source(engine: str | None = None, key: str | None = None, kind: str | None = None) -> str:
     """Where the bands (of ``key`` alone, when given) come from: the percentiles, whose
     rows, how predicted, which files."""
     t = table()
-    rows = whose(key, engine) if key else scope(engine)
+    rows = whose(key, engine, kind) if key else scope(engine, kind)
     return f"measured/predicted, 10th-90th percentile with the pessimistic edge where it held for 90% of held-out sources, {rows}, {t.get('predictions', '?')} ({', '.join(t.get('files', []))}, {t.get('date', '?')})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.estimate.bands import band
+from core.estimate.bands import band, kind_of
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.stats import Stats, round_sig
 from core.spec.serving import ServerConfig
@@ -38,6 +38,7 @@ class Prediction:
     prefill_bottleneck: str
     decode_bottleneck: str
     engine: str = "vllm"  # whose measured residuals give the bands (core/estimate/bands.py)
+    kind: str = "dense"  # the model's kind ("moe" or "dense"), which may have bands of its own
 
     def metrics(self) -> dict[str, float]:
         """Flat keys as ``vllm bench serve`` names them (what SLO constraints read)."""
@@ -100,7 +101,9 @@ class Prediction:
             "req_per_s": self.req_per_s,
             "output_tok_per_s": self.output_tok_per_s,
         }
-        d["bands"] = {k: {e: round_sig(x, 4) for e, x in b.items()} for k, v in means.items() if (b := band(k, v, self.engine)) is not None}
+        d["bands"] = {
+            k: {e: round_sig(x, 4) for e, x in b.items()} for k, v in means.items() if (b := band(k, v, self.engine, self.kind)) is not None
+        }
         return d
 
 
@@ -132,5 +135,6 @@ def make_prediction(
         prefill_bottleneck=cm.breakdown(pf_batch).bottleneck,
         decode_bottleneck=cm.breakdown(dec_batch).bottleneck if dec_batch is not None else "n/a (one output token)",
         engine=cm.engine,
+        kind=kind_of(cm.arch.is_moe),
         **fields,
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import BadInput
+from core.estimate.bands import kind_of
 from core.estimate.costmodel import STREAMING
 from core.estimate.params import engine_profile
 from core.estimate.limits import Limits, compute_limits
@@ -322,7 +323,7 @@ def estimate(
         configs=configs,
         suggestion=suggestion,
         notes=notes,
-        track_record=track_record_of(hardware.gpu.name, eng),
+        track_record=track_record_of(hardware.gpu.name, eng, kind_of(arch.is_moe)),
     )
 
 

@@ -6,25 +6,27 @@ metric over published measurements on that GPU with that engine, each predicted 
 parameters fitted without its source (leave-one-source-out) or, for the held-out files'
 rows (bench/data/heldout*.jsonl), by the shipped parameters, which never saw them; rows whose
 source does not publish their lengths are left out. ``bands.json``'s
-``track_record`` holds it (bench/bands.py ``track_record``), per GPU and engine, per GPU, per
-engine and over every row; a group is kept with 10 rows from 2 sources. :func:`lookup`
-returns the most specific group there is, so an RTX 4090 with vLLM reads "too few RTX 4090
-runs, vLLM on any GPU" rather than a figure from five rows of one benchmark.
+``track_record`` holds it (bench/bands.py ``track_record``), per GPU, engine and model kind
+(MoE or dense), per engine and kind, per GPU and engine, per GPU, per engine and over every
+row; a group is kept with 10 rows from 2 sources. :func:`lookup` returns the most specific
+group there is, so a dense model on an RTX 4090 with vLLM reads "too few RTX 4090 dense runs,
+dense models with vLLM on any GPU" rather than a figure from five rows of one benchmark, and
+DeepSeek-R1 on an H200 reads the MoE runs' record, not one pooled with dense models' runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.estimate.bands import METRIC_LABELS, engine_key, provenance, table
+from core.estimate.bands import KIND_LABELS, METRIC_LABELS, engine_key, provenance, table
 
 
 @dataclass(frozen=True)
 class TrackRecord:
     """The held-out error on one group of published runs."""
 
-    scope: str  # what the runs have in common with the prediction: "L4 with vllm", "vllm", "all"
-    exact: bool  # the group is this GPU with this engine
+    scope: str  # what the runs have in common with the prediction: "H200 MoE with vllm", "L4 with vllm", "vllm", "all"
+    exact: bool  # the group is this GPU with this engine (for this model kind, when one was asked)
     rows: int
     sources: int
     median_ape: dict[str, float]  # metric -> median |predicted - measured| / measured
@@ -53,19 +55,30 @@ class TrackRecord:
         return f"median {held}error on {self.rows} {runs} ({self.sources} sources): {cells}{fallback}"
 
 
-def lookup(gpu: str | None, engine: str | None) -> TrackRecord | None:
-    """The track record of the most specific group with one: this GPU with this engine, this
-    GPU, this engine, then every row. None where bands.json carries none."""
+def lookup(gpu: str | None, engine: str | None, kind: str | None = None) -> TrackRecord | None:
+    """The track record of the most specific group with one: this GPU with this engine for
+    this model kind ("moe" or "dense"), this engine for this kind, then (any kind) this GPU
+    with this engine, this GPU, this engine, then every row. A model's kind comes first: on
+    published runs knee's error on MoE models is several times its error on dense ones on the
+    same GPU and engine. None where bands.json carries none."""
     t = table().get("track_record")
     if not t:
         return None
     eng = engine_key(engine)
-    tries = [("gpu_engine", f"{gpu}|{eng}", f"{gpu} with {eng}"), ("gpu", gpu, f"{gpu}"), ("engine", eng, eng)]
+    label = KIND_LABELS.get(kind or "", kind)
+    tries: list[tuple[str, str | None, str]] = []
+    if kind:
+        tries += [
+            ("gpu_engine_kind", f"{gpu}|{eng}|{kind}", f"{gpu} {label} with {eng}"),
+            ("engine_kind", f"{eng}|{kind}", f"{label} with {eng}"),
+        ]
+    tries += [("gpu_engine", f"{gpu}|{eng}", f"{gpu} with {eng}"), ("gpu", gpu, f"{gpu}"), ("engine", eng, eng)]
+    asked = f"{gpu} {label} runs with {eng}" if kind else f"{gpu} runs with {eng}"
     for level, key, scope in tries:
         rec = t.get(level, {}).get(key) if key else None
         if rec:
-            return _record(rec, scope, level == "gpu_engine", f"{gpu} runs with {eng}")
-    return _record(t["all"], "all", False, f"{gpu} runs with {eng}") if t.get("all") else None
+            return _record(rec, scope, level == ("gpu_engine_kind" if kind else "gpu_engine"), asked)
+    return _record(t["all"], "all", False, asked) if t.get("all") else None
 
 
 def _record(rec: dict, scope: str, exact: bool, asked: str) -> TrackRecord:

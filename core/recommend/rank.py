@@ -198,7 +198,7 @@ def _precisions(arch, gpu, allow: bool) -> list[tuple[str | None, str]]:
 def recommend(req: RecommendRequest) -> Recommendation:
     """Every instance and layout that fits, ranked by ``req.goal`` (see the module docstring)."""
     from core.catalog import load_model, resolve_hardware
-    from core.estimate.bands import band, source
+    from core.estimate.bands import band, kind_of, source
     from core.estimate.report import estimate
 
     if req.target_rps is not None and req.target_rps <= 0:
@@ -252,6 +252,8 @@ def recommend(req: RecommendRequest) -> Recommendation:
                 rec.ranked.append(_candidate(req, inst, hw, ce, arch, kv, band))
         if not found:
             rec.excluded.append(Excluded(name, _reason(reasons)))
+    if archs:  # a model's kind may have its own band (MoE or dense; core/estimate/bands.py)
+        rec.band_source = source(req.engine, "req_per_s", kind_of(next(iter(archs.values())).is_moe))
     priced = [c for c in rec.ranked if c.usd_per_hour is not None]
     if req.goal == "cost":
         for c in [c for c in rec.ranked if c.usd_per_hour is None]:
@@ -275,8 +277,8 @@ def _reason(reasons: list[str]) -> str:
 
 def _candidate(req: RecommendRequest, inst, hw, ce, arch, kv: str, band) -> Candidate:
     k = ce.at_knee
-    b = band("req_per_s", k.req_per_s, k.engine) or {"low": k.req_per_s, "high": k.req_per_s}
-    tb = band("output_tok_per_s", k.output_tok_per_s, k.engine) or {"low": k.output_tok_per_s}
+    b = band("req_per_s", k.req_per_s, k.engine, k.kind) or {"low": k.req_per_s, "high": k.req_per_s}
+    tb = band("output_tok_per_s", k.output_tok_per_s, k.engine, k.kind) or {"low": k.output_tok_per_s}
     needed = math.ceil(req.target_rps / b["low"] - 1e-9) if req.target_rps and b["low"] > 0 else None
     price = inst.price_per_hour
     total = price * (needed or 1) if price is not None else None

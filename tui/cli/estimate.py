@@ -302,7 +302,8 @@ def _bands(r) -> list[str]:
     from core.estimate.bands import band, source
 
     engine = r.configs[0].at_knee.engine if r.configs else None
-    lines = ["", f"Error bands at the knee, low-high ({source(engine)})"]
+    kind = r.configs[0].at_knee.kind if r.configs else None
+    lines = ["", f"Error bands at the knee, low-high ({source(engine, kind=kind)})"]
     rows = []
     for ce in r.configs:
         k = ce.at_knee
@@ -314,9 +315,9 @@ def _bands(r) -> list[str]:
             ("req_per_s", k.req_per_s, lambda x: f"{x:.2f}"),
             ("output_tok_per_s", k.output_tok_per_s, _num),
         ):
-            b = band(key, v, k.engine)
+            b = band(key, v, k.engine, k.kind)
             cells.append(f"{fmt(v)} ({fmt(b['low'])}-{fmt(b['high'])})" if b else fmt(v))
         rows.append(cells)
-    if not any(band(k, 1.0, engine) for k in ("ttft_ms", "output_tok_per_s")):
+    if not any(band(k, 1.0, engine, kind) for k in ("ttft_ms", "output_tok_per_s")):
         return []
     return lines + _table(["config", "TTFT ms", "ITL ms", "E2E s", "req/s", "out tok/s"], rows, {1, 2, 3, 4, 5})

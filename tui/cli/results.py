@@ -173,7 +173,10 @@ def run(args) -> int:
     a = analyze(store, study, args.pareto, args.objective, args.constraints)
     a["resume"] = resume_command(study, args) if a["status"] == "interrupted" else None
     if args.json:
+        from core.estimate.bands import model_kind
         from tui.cli.common import print_json
+
+        kind = model_kind(a["model"]) if a.get("model") else None  # a MoE model's predictions take MoE models' bands
 
         def pt(p):
             if p is None:
@@ -195,7 +198,7 @@ def run(args) -> int:
             if p.simulated:  # a prediction: its error band (the simulator stands in for vLLM)
                 from core.estimate.bands import summary_bands
 
-                d["bands"] = summary_bands(p.summary, "vllm")
+                d["bands"] = summary_bands(p.summary, "vllm", kind)
             return d
 
         print_json(
@@ -309,12 +312,13 @@ def _print_text(a: dict[str, Any]) -> None:
             f"best ({a['objective']} under the constraints): trial {b.trial_id} {b.server_args} at {b.client_args.get('max_concurrency', b.client_args.get('request_rate', ''))}: {_fmt(b.summary.get('output_throughput'))} tok/s, p99 E2E {_fmt((b.summary.get('p99_e2el_ms') or float('nan')) / 1000)} s"
         )
         if b.simulated or (b.cmd or "").startswith("sim "):
-            from core.estimate.bands import provenance, summary_band
+            from core.estimate.bands import model_kind, provenance, summary_band
             from core.results.analysis import vllm_command
 
+            kind = model_kind(a["model"]) if a.get("model") else None
             tok, e2e = (
-                summary_band("output_throughput", b.summary.get("output_throughput"), "vllm"),
-                summary_band("p99_e2el_ms", b.summary.get("p99_e2el_ms"), "vllm"),
+                summary_band("output_throughput", b.summary.get("output_throughput"), "vllm", kind),
+                summary_band("p99_e2el_ms", b.summary.get("p99_e2el_ms"), "vllm", kind),
             )
             if tok and e2e:  # a simulated point is a prediction: where a GPU's measurement would likely fall
                 print(f"  error band ({provenance()}): {_fmt(tok[0])}-{_fmt(tok[1])} tok/s, p99 E2E {_fmt(e2e[0] / 1000)}-{_fmt(e2e[1] / 1000)} s")

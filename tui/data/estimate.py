@@ -108,7 +108,7 @@ def _limit_lines(report: EstimateReport) -> list[str]:
         # How far off knee was on published runs like this one: the band says how wide, this how often.
         # Two short lines: a line wider than the panel's others widens it and narrows the table.
         lines.append(f"  median error: tok/s {tr.median_ape['output_tok_per_s']:.0%} · TTFT {tr.median_ape['ttft_ms']:.0%}")
-        lines.append(f"  on {tr.rows} published{'' if tr.scope == 'all' else ' ' + tr.scope} runs")
+        lines.append(f"  on {tr.rows} published runs" if tr.scope == "all" else f"  on {tr.rows} {tr.scope} runs")
     if lim.slo:
         if lim.slo_feasible and lim.slo_concurrency is not None:
             lines.append(f"SLOs met up to c={lim.slo_concurrency}")
@@ -125,9 +125,9 @@ def _band_lines(k) -> list[str]:
     from core.estimate.bands import band, provenance
 
     tok, rps, ttft = (
-        band("output_tok_per_s", k.output_tok_per_s, k.engine),
-        band("req_per_s", k.req_per_s, k.engine),
-        band("ttft_ms", k.ttft_ms.mean, k.engine),
+        band("output_tok_per_s", k.output_tok_per_s, k.engine, k.kind),
+        band("req_per_s", k.req_per_s, k.engine, k.kind),
+        band("ttft_ms", k.ttft_ms.mean, k.engine, k.kind),
     )
     if tok is None or rps is None or ttft is None:
         return []

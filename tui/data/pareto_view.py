@@ -202,12 +202,13 @@ def _dot(p: PointRow, x: str, y: str) -> Dot | None:
     return None if vx is None or vy is None else Dot(p.point_id, vx, vy)
 
 
-def _banded(d: Dot, x: str, y: str, engine: str) -> Dot:
+def _banded(d: Dot, x: str, y: str, engine: str, kind: str | None = None) -> Dot:
     """A predicted dot with its error band on both axes, from ``engine``'s held-out
-    residuals (the simulator stands in for vLLM: its studies take vLLM's)."""
+    residuals (the simulator stands in for vLLM: its studies take vLLM's), or those of the
+    model's ``kind`` (MoE, dense) where it has its own."""
     from core.estimate.bands import summary_band
 
-    return replace(d, x_band=summary_band(x, d.x, engine), y_band=summary_band(y, d.y, engine))
+    return replace(d, x_band=summary_band(x, d.x, engine, kind), y_band=summary_band(y, d.y, engine, kind))
 
 
 def _bound(slo: SLO, key: str) -> float | None:
@@ -256,9 +257,10 @@ def build(
     price_per_gpu_hour: float | None = None,
     host_classes: dict[str, str] | None = None,
     engine: str = "vllm",
+    kind: str | None = None,
 ) -> ParetoView:
-    """The chart's content. ``engine`` is the study's (vllm, sglang, sim): whose held-out
-    residuals give the predictions' error bands."""
+    """The chart's content. ``engine`` is the study's (vllm, sglang, sim) and ``kind`` its
+    model's ("moe", "dense"): whose held-out residuals give the predictions' error bands."""
     ok = [p for p in points if p.status == "ok"]
     own = [p for p in ok if p.source == "knee"]
     imported = [p for p in ok if p.source != "knee"]
@@ -274,7 +276,7 @@ def build(
         failed_slo=failed,
         frontier=tuple(d for p in front for d in [_dot(p, x, y)] if d),
         knee=_dot(k, x, y) if k is not None else None,
-        predicted=tuple(_banded(d, x, y, engine) for p in (predicted or {}).values() for d in [_dot(p, x, y)] if d),
+        predicted=tuple(_banded(d, x, y, engine, kind) for p in (predicted or {}).values() for d in [_dot(p, x, y)] if d),
         x_bound=_bound(slo, x),
         y_bound=_bound(slo, y),
         points={p.point_id: p for p in points},

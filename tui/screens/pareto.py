@@ -139,6 +139,10 @@ class ParetoScreen(KneeScreen):
 
             info["host_classes"] = point_classes(points, store.point_hosts(study), store.trial_hosts(study))
         predicted = {}
+        if row.get("model"):  # a MoE model's predictions take MoE models' bands (read here, off the UI thread)
+            from core.estimate.bands import model_kind
+
+            info["model_kind"] = model_kind(row["model"])
         if spec is not None:
             # Predictions for the points the table can show (the best by either plotted
             # metric, capped): a thousand predictions would hold the GIL for a second.
@@ -180,6 +184,7 @@ class ParetoScreen(KneeScreen):
             price_per_gpu_hour=m.info.get("price_per_gpu_hour"),
             host_classes=m.info.get("host_classes"),
             engine=m.info.get("engine") or "vllm",
+            kind=m.info.get("model_kind"),
         )
         self.table.show(self.view)
         self._show_selected()
