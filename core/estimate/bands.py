@@ -72,14 +72,17 @@ def kind_of(is_moe: bool) -> str:
 
 
 def model_kind(model: str) -> str | None:
-    """The kind of a model knee bundles the config of ("moe" or "dense"), else None (which
-    takes the bands every model shares): for a stored trial's predictions, whose readers
-    fetch no model config from the network."""
-    from core.catalog.bundled import bundled_config
-    from core.catalog.models import arch_from_config
+    """The kind of ``model`` ("moe" or "dense") where its config is at hand without the
+    network (a local directory, the bundled catalog, the HF cache: ``load_model(offline=True)``),
+    else None, which takes the bands every model shares: for a stored trial's predictions,
+    whose readers fetch nothing."""
+    from core.catalog.models import load_model
+    from core.errors import KneeError
 
-    cfg = bundled_config(model)
-    return kind_of(arch_from_config(dict(cfg), name=model).is_moe) if cfg is not None else None
+    try:
+        return kind_of(load_model(model, offline=True).is_moe)
+    except KneeError:
+        return None
 
 
 def _own(engine: str | None) -> dict:
