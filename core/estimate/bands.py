@@ -64,6 +64,12 @@ def engine_key(engine: str | None) -> str:
 
 
 KIND_LABELS = {"moe": "MoE", "dense": "dense"}
+POOLED_ROWS = "all engines' rows"  # whose rows the pooled band comes from
+
+
+def kind_label(kind: str | None) -> str:
+    """How a model kind reads in a sentence: "MoE", "dense"."""
+    return KIND_LABELS.get(kind or "", kind or "")
 
 
 def kind_of(is_moe: bool) -> str:
@@ -99,10 +105,10 @@ def _whose_rows(metric: str, engine: str | None, kind: str | None) -> tuple[dict
     """(the band, whose rows it comes from) for one metric: the kind's own, the engine's own,
     else the pooled one."""
     if metric in (own := _kind_own(kind)):
-        return own[metric], f"{KIND_LABELS.get(kind or '', kind)} models' rows"
+        return own[metric], f"{kind_label(kind)} models' rows"
     if metric in (own := _own(engine)):
         return own[metric], f"{engine_key(engine)} rows"
-    return table()["bands"].get(metric), "all engines' rows"
+    return table()["bands"].get(metric), POOLED_ROWS
 
 
 def ratios(key: str, engine: str | None = None, kind: str | None = None) -> dict | None:
@@ -164,9 +170,9 @@ def scope(engine: str | None = None, kind: str | None = None) -> str:
     by_whose: dict[str, list[str]] = {}
     for m in table()["bands"]:
         by_whose.setdefault(_whose_rows(m, engine, kind)[1], []).append(METRIC_LABELS.get(m, m))
-    pooled = by_whose.pop("all engines' rows", None)
+    pooled = by_whose.pop(POOLED_ROWS, None)
     if not by_whose:
-        return "all engines' rows"
+        return POOLED_ROWS
     if len(by_whose) == 1 and not pooled:
         return next(iter(by_whose))
     own = "; ".join(f"{w} for {', '.join(ms)}" for w, ms in by_whose.items())

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.estimate.bands import KIND_LABELS, METRIC_LABELS, engine_key, provenance, table
+from core.estimate.bands import METRIC_LABELS, engine_key, kind_label, provenance, table
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def lookup(gpu: str | None, engine: str | None, kind: str | None = None) -> Trac
     if not t:
         return None
     eng = engine_key(engine)
-    label = KIND_LABELS.get(kind or "", kind)
+    label = kind_label(kind)
     tries: list[tuple[str, str | None, str]] = []
     if kind:
         tries += [
