@@ -89,6 +89,35 @@ def test_mla_kv_cache_holds_far_more_tokens_and_block_fp8_runs_slower():
     assert CostModel(ds, h200, 8).step_time(prefill) > CostModel(per_tensor, h200, 8).step_time(prefill)
 
 
+def test_fp8_experts_take_the_engines_fp8_grouped_gemm_efficiency():
+    """FP8 (w8a8) experts compute at moe_mfu_scale_fp8 of a dense FP8 GEMM on engines whose
+    grouped kernels are Triton's (vLLM, SGLang); 16-bit experts, TensorRT-LLM's CUTLASS experts
+    and FP8 weights run weight-only on Ampere keep moe_mfu_scale."""
+    from core.estimate.params import calibrated, calibration
+
+    engines = calibration()["engine"]
+    assert engines["vllm"]["moe_mfu_scale_fp8"] < engines["vllm"]["moe_mfu_scale"]
+    assert "moe_mfu_scale_fp8" not in engines["tensorrt-llm"]
+    ds = load_model("deepseek-ai/DeepSeek-R1")  # block-scaled FP8 experts
+    qwen = load_model("Qwen/Qwen3-235B-A22B")  # bf16 experts
+    prefill = Batch.prefill(8192)
+
+    def step(arch, gpu, engine, tp=8):
+        return CostModel(arch, get_gpu(gpu), tp, engine=engine).breakdown(prefill).linear_compute
+
+    with calibrated({"engine.vllm.moe_mfu_scale_fp8": 0.64, "engine.sglang.moe_mfu_scale_fp8": 0.64}):
+        even = {e: step(ds, "H200", e) for e in ("vllm", "sglang")}
+        bf16_even, ampere_even = step(qwen, "H200", "vllm"), step(ds, "A100-80GB", "vllm", tp=16)
+    for engine in ("vllm", "sglang"):
+        # the expert FLOPs cost 0.64 / scale as much; the dense layers' do not change
+        slower = step(ds, "H200", engine) / even[engine]
+        assert 2.0 < slower < 0.64 / engines[engine]["moe_mfu_scale_fp8"]
+    assert step(qwen, "H200", "vllm") == pytest.approx(bf16_even)
+    assert step(ds, "A100-80GB", "vllm", tp=16) == pytest.approx(ampere_even)
+    # TensorRT-LLM's experts keep moe_mfu_scale: the same prefill computes faster there
+    assert step(ds, "H200", "tensorrt-llm") < step(ds, "H200", "vllm") / 2
+
+
 @pytest.mark.parametrize(
     "model, gpu, tp, kv",
     [

@@ -167,6 +167,8 @@ class CostModel:
         # Routed experts run as grouped GEMMs of a few rows per expert, well below a dense
         # GEMM's efficiency (the engine's moe_mfu_scale); their FLOPs count that much more.
         moe_scale = prof.get("moe_mfu_scale", 1.0) if arch.is_moe else 1.0
+        if arch.is_moe and precision == "fp8" and not weight_only:
+            moe_scale = prof.get("moe_mfu_scale_fp8", moe_scale)
         self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active / moe_scale) / tp
         self._moe = arch.is_moe
         if self._moe:
