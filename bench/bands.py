@@ -28,8 +28,9 @@ then keeps its own for TTFT, ITL, req/s and out tok/s.
 Per model kind (``by_kind``, ``model_kind`` in the report's rows: "moe" or "dense"): the same
 rule, and a kind's band comes before its engine's (core/estimate/bands.py). knee's held-out
 error splits by kind far more than by GPU or engine: on vLLM, out tok/s 9% median on dense
-models against 37% on MoE ones (LOSO, with the held-out files as shipped), so the pooled
-band's low edge held for 86% of held-out MoE rows and its own (0.22x, at p7) for 91%. The
+models against 32% on MoE ones (LOSO, with the held-out files as shipped; 37% before FP8
+experts took their own efficiency), so the pooled band's low edge held for 85% of held-out MoE
+rows and its own (0.32x, at p9) for 90%. The
 track record keeps GPU x engine x kind and engine x kind groups too, looked up first.
 
     python -m bench.accuracy FILES --loso --bands-out core/estimate/bands.json    (measures, then writes)
