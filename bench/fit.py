@@ -10,7 +10,8 @@ efficiency factors ``mfu``, ``mfu_fp8``, ``mfu_attn``, ``bw_weights`` and ``bw_k
 interconnect (``nvlink``, ``pcie``: an A10G all-reduces like an L40S, not like an A100)
 ``link_eff`` and ``allreduce_us``; and per engine profile the host overhead per step
 ``step_us``, the fixed GPU cost per layer ``layer_us`` (and vLLM's per-token API-server
-streaming cost ``stream_token_us``). Nothing per source and nothing per row. Bounds keep each
+streaming cost ``stream_token_us``, and vLLM's and SGLang's FP8 expert-GEMM efficiency
+``moe_mfu_scale_fp8``). Nothing per source and nothing per row. Bounds keep each
 physical: fractions of a peak in [0.2, 1.0] (``link_eff`` [0.05, 1.0]), ``allreduce_us`` in
 [1, 300] us, ``step_us`` in [20, 10000] us, ``layer_us`` in [1, 200] us. A parameter no
 training row's prediction depends on (no row of that architecture or engine profile, or no

@@ -107,18 +107,18 @@ PRIORS = {
     "engine.vllm.moe_mfu_scale_fp8": 0.16,
     "engine.sglang.moe_mfu_scale_fp8": 0.16,
 }
+# Parameters left at their calibration.toml value, and why.
+NOT_FITTED = {
+    # Only DeepSeek-R1 on vLLM 0.6-0.7 exercises it (dstackr1, vllmv1feedback: 10 rows), and
+    # fitted it runs to its lower bound: one model on one engine version, slow for more than
+    # its expert GEMMs, so it keeps the kernels' value (the prior of vLLM's and SGLang's).
+    "engine.vllm-v0.moe_mfu_scale_fp8",
+}
 # Priors measured on a GPU (bench/kernel_priors.py: Hopper's five efficiencies from
 # bench/gpu_kernels.py, the per-layer floor from bench/gpu_layer_floor.py, on an H100 and an
 # H200) replace the hand-set ones, so leave-one-source-out no longer starts from values people
 # chose while looking at those rows. KNEE_FIT_MEASURED_PRIORS=0 goes back to the hand-set
 # priors, for comparison.
-# Parameters left at their calibration.toml value, and why.
-NOT_FITTED = {
-    # Only DeepSeek-R1 on vLLM 0.6-0.7 exercises it (dstackr1, vllmv1feedback: 10 rows), and
-    # fitted it runs to its lower bound: those rows are slow for more than their expert GEMMs
-    # (the V0 engine's latent attention), so it keeps the published kernels' value.
-    "engine.vllm-v0.moe_mfu_scale_fp8",
-}
 USE_MEASURED_PRIORS = os.environ.get("KNEE_FIT_MEASURED_PRIORS", "1") != "0"
 
 

@@ -28,7 +28,8 @@ H100), which tensor parallelism does not divide.
 
 Efficiencies (``calibration.toml``) are per GPU architecture, with a separate MFU for FP8
 matmuls (a smaller share of a doubled peak); weight-only quantized GEMMs (FP8 on Ampere,
-AWQ/GPTQ) and MoE grouped GEMMs run at a stated fraction of a dense GEMM's efficiency.
+AWQ/GPTQ) and MoE grouped GEMMs run at a stated fraction of a dense GEMM's efficiency (FP8
+experts at a fraction of their own, per engine).
 Engine profiles carry the fixed costs (per step, layer, sequence, MoE layer, TP worker),
 the per-request API costs, and the scheduler facts the predictor needs (chunked prefill or
 prefill-only steps, default budgets, how the KV cache is sized).
@@ -168,6 +169,8 @@ class CostModel:
         # GEMM's efficiency (the engine's moe_mfu_scale); their FLOPs count that much more.
         moe_scale = prof.get("moe_mfu_scale", 1.0) if arch.is_moe else 1.0
         if arch.is_moe and precision == "fp8" and not weight_only:
+            # FP8 experts' grouped GEMMs gain little of FP8's doubled peak (narrow experts run
+            # slower than in bf16: bench/moe_published.py), so the engine states their own share.
             moe_scale = prof.get("moe_mfu_scale_fp8", moe_scale)
         self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active / moe_scale) / tp
         self._moe = arch.is_moe
