@@ -36,6 +36,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from bench.gpu_moe_kernels import MODELS  # DeepSeek-V3's expert shape, as knee's H100 measured it
+from bench.moe_kernel_fit import model_seconds  # knee's MoE term, as the H100 fit judges it
 from core.catalog.hardware import gpus
 from core.estimate.params import calibration
 
@@ -45,7 +47,8 @@ COMPUTE_BOUND_TOKENS = 1024
 
 
 def _rates(row: dict, cal: dict) -> dict:
-    """The calibration values knee prices this row's experts with."""
+    """The calibration values knee prices this row's experts with, as
+    :func:`bench.moe_kernel_fit.model_seconds` takes them (block-scaled FP8 scales both rates)."""
     gpu = gpus()[row["gpu"]]
     arch = cal["architecture"][gpu.architecture]
     eng = cal["engine"][row["engine"]]
@@ -54,43 +57,38 @@ def _rates(row: dict, cal: dict) -> dict:
     return {
         "peak": gpu.peak_flops("fp8" if fp8 else "bf16"),
         "mfu": (arch.get("mfu_fp8", arch["mfu"]) if fp8 else arch["mfu"]) * block,
-        "scale": eng.get("moe_mfu_scale_fp8", eng["moe_mfu_scale"]) if fp8 else eng["moe_mfu_scale"],
-        "stream": gpu.bandwidth_gbps * 1e9 * arch["bw_weights"] * block,
-        "expert_s": arch.get("expert_us", 0.0) * 1e-6,
-        "layer_s": eng.get("moe_layer_us", 0.0) * 1e-6,
-        "weight_bytes": 1 if fp8 else 2,
+        "bw": gpu.bandwidth_gbps * 1e9,
+        "bw_weights": arch["bw_weights"] * block,
+        "moe_mfu_scale": eng.get("moe_mfu_scale_fp8", eng["moe_mfu_scale"]) if fp8 else eng["moe_mfu_scale"],
+        "expert_us": arch.get("expert_us", 0.0),
+        "moe_layer_us": eng.get("moe_layer_us", 0.0),
     }
 
 
-def _work(row: dict, weight_bytes: int) -> tuple[float, float, float]:
+def _work(row: dict) -> tuple[float, float, float]:
     """(FLOPs, bytes of the touched experts, experts touched) of one layer at the row's tokens."""
     h, w, e, k, m = row["hidden"], row["width"], row["experts"], row["top_k"], row["tokens"]
     touched = e * (1 - (1 - k / e) ** m)
+    weight_bytes = 1 if row["dtype"].startswith("fp8") else 2
     return 2.0 * m * k * 3 * h * w, touched * 3 * h * w * weight_bytes, touched
 
 
-def _softmax(a: float, b: float) -> float:
-    return (a**4 + b**4) ** 0.25
-
-
 def knee_seconds(row: dict, cal: dict) -> float:
-    r = _rates(row, cal)
-    flops, nbytes, touched = _work(row, r["weight_bytes"])
-    compute = flops / (r["peak"] * r["mfu"] * r["scale"])
-    memory = nbytes / r["stream"] + touched * r["expert_s"]
-    return _softmax(compute, memory) + r["layer_s"]
+    return float(model_seconds(*_work(row), **_rates(row, cal)))
 
 
 def implied_scale(row: dict, cal: dict) -> float | None:
     """The expert-GEMM scale at which knee's term equals the timing (None: the timing is below
     knee's streaming and fixed time alone, so no compute rate would match)."""
     r = _rates(row, cal)
-    flops, nbytes, touched = _work(row, r["weight_bytes"])
-    memory = nbytes / r["stream"] + touched * r["expert_s"]
-    left = row["us"] * 1e-6 - r["layer_s"]
-    if left <= memory:
+    flops, nbytes, touched = _work(row)
+    fixed = model_seconds(0.0, nbytes, touched, **r)  # the term without its FLOPs: streaming + fixed
+    streaming = fixed - r["moe_layer_us"] * 1e-6
+    left = row["us"] * 1e-6 - r["moe_layer_us"] * 1e-6
+    if left <= streaming:
         return None
-    compute = (left**4 - memory**4) ** 0.25
+    # model_seconds' smooth maximum, (compute^4 + streaming^4)^(1/4), solved for compute
+    compute = (left**4 - streaming**4) ** 0.25
     return flops / (r["peak"] * r["mfu"] * compute)
 
 
@@ -115,7 +113,8 @@ def own_fp8_h100(cal: dict) -> list[str]:
             ("bf16", r["bf16_us"], gpu.peak_flops("bf16"), hopper["mfu"]),
         ):
             scale = r["flops"] / (us * 1e-6) / (peak * mfu)
-            lines.append(f"  DeepSeek-V3 experts TP{r['tp']} (width {2048 // r['tp']}) {kind:4} at {r['tokens']} tokens: scale {scale:.2f}")
+            width = MODELS["deepseek-ai/DeepSeek-V3"][1] // r["tp"]
+            lines.append(f"  DeepSeek-V3 experts TP{r['tp']} (width {width}) {kind:4} at {r['tokens']} tokens: scale {scale:.2f}")
     return lines
 
 
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["tokens"] >= COMPUTE_BOUND_TOKENS:
             s = implied_scale(r, cal)
-            shipped = _rates(r, cal)["scale"]
+            shipped = _rates(r, cal)["moe_mfu_scale"]
             print(f"  {_series(r):55} {r['tokens']:5d} tokens: {'-' if s is None else f'{s:.2f}'} (shipped {shipped:.3f})")
     print("knee's own H100 timings (bench/data/fp8-h100.json):")
     print("\n".join(own_fp8_h100(cal)))

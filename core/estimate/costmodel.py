@@ -168,9 +168,10 @@ class CostModel:
         # Routed experts run as grouped GEMMs of a few rows per expert, well below a dense
         # GEMM's efficiency (the engine's moe_mfu_scale); their FLOPs count that much more.
         moe_scale = prof.get("moe_mfu_scale", 1.0) if arch.is_moe else 1.0
-        if arch.is_moe and precision == "fp8" and not weight_only:
+        if arch.is_moe and precision == "fp8":
             # FP8 experts' grouped GEMMs gain little of FP8's doubled peak (narrow experts run
             # slower than in bf16: bench/moe_published.py), so the engine states their own share.
+            # (precision is what the GEMMs compute in: FP8 run weight-only on Ampere reads bf16.)
             moe_scale = prof.get("moe_mfu_scale_fp8", moe_scale)
         self._flops_per_token = 2.0 * (arch.params_matmul_dense + arch.params_experts_active / moe_scale) / tp
         self._moe = arch.is_moe
