@@ -9,9 +9,18 @@ throughput and TPOT over the points after the first three (the goal: calibrated 
 Each point also shows how many requests the client held in flight (of its concurrency) and
 the share whose tokens all arrived in one read: where the client shares the box's CPUs with
 vLLM both say whether the point measured the server at all.
+By default the client runs on one CPU and vLLM on the others (``--no-split-cores``: both
+share every CPU): a load generator and a server sit on separate machines in production, and
+on a shared 2-core box the client loses its CPU to vLLM's workers. Four runs on 2026-12-07
+from a quiet box: the client held every slot (in flight 7.7-7.97 of 8, no request read in
+one piece) and calibrated out tok/s / TPOT read 14.7/16.3%, 4.2/4.9%, 12.4/17.0%,
+11.1/12.3%; the two shared-core runs before them read 32.3/24.9% and 21.6/34.9%, with 4.1-7.3
+of 8 requests in flight at c=8. What is left is a launch's own speed: the same server
+configuration ran 1.5-1.65x faster or slower from one launch to the next (TPOT at c=1 2.03 against
+3.34 ms in one run, 4.01 against 2.65 ms in another).
 No assertions (tests/test_calibration_realvllm.py asserts the mechanism).
 
-    .venv/bin/python bench/calibration.py [--prompts-per-slot 8] [--len 64] [--split-cores] [--save F | --points F]
+    .venv/bin/python bench/calibration.py [--prompts-per-slot 8] [--len 64] [--no-split-cores] [--save F | --points F]
 """
 
 from __future__ import annotations
@@ -79,9 +88,10 @@ def main() -> None:
     ap.add_argument("--save", help="write the measured points here (JSON lines)")
     ap.add_argument(
         "--split-cores",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="the client on the first CPU, vLLM (every process and its OpenMP threads) on the others, as a load "
-        "generator and a server sit on separate machines in production; default: both share every CPU",
+        "generator and a server sit on separate machines in production (the default); --no-split-cores: both share every CPU",
     )
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="knee-calib-") as tmp:
