@@ -51,7 +51,7 @@ import numpy as np
 
 from bench.fit import source_of
 from bench.rows import METRICS, ape
-from core.estimate.bands import LATENCIES
+from core.estimate.bands import LATENCIES, ratios
 from core.estimate.params import canonical_engine
 
 MIN_ROWS = 50  # rows of one engine for a metric before it may have a band of its own
@@ -179,6 +179,38 @@ def track_record(results: list[dict], key: str) -> dict:
     return out
 
 
+def files_coverage(doc: dict, unseen: list[dict]) -> dict:
+    """How the bands of ``doc`` did on rows of files no parameter was fitted on (the held-out
+    files, predicted by the shipped estimator under ``knee``), each row under the band knee
+    would show it (its kind's, its engine's, else the pooled one): per metric, the share of
+    rows whose pessimistic edge held, the mean of that share over their sources (a user's
+    setup is one more source, and one large source moves the row share), and the share inside
+    both edges. The bands are built from the fitting files' leave-one-source-out residuals
+    alone, so this is their out-of-sample check. Rows whose source does not publish its
+    lengths are left out, as in the track record."""
+    out: dict[str, dict] = {}
+    for m in doc["bands"]:
+        by_source: dict[str, list[tuple[bool, bool]]] = {}
+        for r in unseen:
+            if r.get("assumed_lengths") or (x := _ratio(r, m, "knee")) is None:
+                continue
+            b = ratios(m, r.get("engine_name"), r.get("model_kind"), doc)
+            if b is None:
+                continue
+            lo, hi = b["low_ratio"], b["high_ratio"]
+            by_source.setdefault(_source(r), []).append((_holds(m, x, lo, hi), lo <= x <= hi))
+        judged = [v for vs in by_source.values() for v in vs]
+        if judged:
+            out[m] = {
+                "rows": len(judged),
+                "sources": len(by_source),
+                "held": round(sum(h for h, _ in judged) / len(judged), 3),
+                "held_per_source": round(float(np.mean([sum(h for h, _ in vs) / len(vs) for vs in by_source.values()])), 3),
+                "inside": round(sum(i for _, i in judged) / len(judged), 3),
+            }
+    return out
+
+
 def _entry(b: tuple[float, float, int, int], cover: float | None = None) -> dict:
     lo, hi, rows, sources = b
     d: dict = {"low_ratio": round(lo, 4), "high_ratio": round(hi, 4), "rows": rows}
@@ -266,6 +298,7 @@ def write_bands(
         "kind_checks": kind_checks,
         "track_record": track_record(results + unseen, key),
     }
+    doc["held_out_files_coverage"] = files_coverage(doc, unseen)
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
@@ -307,6 +340,12 @@ def print_bands(doc: dict, file=None) -> None:
         for group, ms in doc.get(checks, {}).items():
             cells = [f"{m} {c['own']:.0%}/{c['pooled']:.0%}{' kept' if m in doc[kept].get(group, {}) else ''}" for m, c in ms.items()]
             p(f"  {group:13} " + "  ".join(cells))
+    if files := doc.get("held_out_files_coverage"):
+        p("the same bands on the held-out files' rows (never fitted on): share whose pessimistic edge held, its mean over sources, share inside:")
+        for m, c in files.items():
+            p(
+                f"  {m:17} {c['held']:.0%} (per source {c['held_per_source']:.0%}), inside {c['inside']:.0%}  ({c['rows']} rows, {c['sources']} sources)"
+            )
     track = doc.get("track_record") or {}
     if track:
         p("track record (median absolute error per metric, rows, sources):")

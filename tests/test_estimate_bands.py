@@ -327,3 +327,48 @@ def test_a_track_record_is_looked_up_for_the_models_kind_first(monkeypatch):
     assert track_record.lookup("H200", "vllm", "dense").scope == "dense with vllm"
     assert track_record.lookup("H200", "vllm").scope == "H200 with vllm"  # no kind asked: as before
     assert track_record.lookup("H200", "sglang", "moe").scope == "all"
+
+
+def test_the_bands_are_judged_on_the_held_out_files_rows_under_the_band_knee_shows_them(tmp_path):
+    """bench.bands also checks the bands it writes on rows of files no parameter was fitted on:
+    each row under its kind's own band where the kind has one (else the pooled one), the share
+    whose pessimistic edge held over rows and as a mean over sources, and the share inside both
+    edges; a row whose lengths its source does not publish is left out, as in the track record."""
+    from bench.bands import MIN_ROWS, MIN_SOURCES, write_bands
+
+    def rows(kind, sources, per_source, ratio, prefix="fit", spread=0.1):
+        return [
+            {
+                "id": f"{prefix}{kind}{s}-{i}",
+                "gpu": "H200",
+                "engine_name": "vllm",
+                "model_kind": kind,
+                "knee": {"req_per_s": 1.0},
+                "measured": {"req_per_s": ratio * (1 - spread / 2 + spread * i / per_source)},
+            }
+            for s in range(sources)
+            for i in range(per_source)
+        ]
+
+    per = MIN_ROWS // MIN_SOURCES + 2
+    fitted = rows("moe", MIN_SOURCES + 1, per, 0.5) + rows("dense", MIN_SOURCES + 1, per, 1.0)
+    # Held out: one MoE source inside MoE models' own band (about 0.5x), one MoE source at
+    # 0.3x (below its low edge), one dense source at 1.0x (inside the pooled band).
+    unseen = rows("moe", 1, 4, 0.5, "hoa", 0.0) + rows("moe", 1, 2, 0.3, "hob", 0.0) + rows("dense", 1, 4, 1.0, "hoc", 0.0)
+    guessed = [{**r, "id": "guess" + r["id"], "assumed_lengths": ["input"]} for r in rows("moe", 1, 4, 0.1, "hod")]
+    doc = write_bands(fitted, str(tmp_path / "b.json"), ["x.jsonl"], "knee", unseen + guessed, ["h.json"])
+    assert "req_per_s" in doc["by_kind"]["moe"]  # the MoE rows' own band is the one judged for them
+    c = doc["held_out_files_coverage"]["req_per_s"]
+    assert c["rows"] == 10 and c["sources"] == 3  # the guessed lengths' source is left out
+    assert c["held"] == 0.8 and c["held_per_source"] == pytest.approx(round(2 / 3, 3))
+    assert c["inside"] == 0.8
+    assert json.loads((tmp_path / "b.json").read_text())["held_out_files_coverage"] == doc["held_out_files_coverage"]
+
+
+def test_the_shipped_bands_state_how_they_did_on_the_held_out_files():
+    """bands.json carries the check on the four held-out files for every metric it has a band for."""
+    t = bands.table()
+    cov = t["held_out_files_coverage"]
+    assert set(cov) == set(t["bands"]) and t["track_record_held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json", "heldout4.json"]
+    for c in cov.values():
+        assert c["rows"] >= 50 and c["sources"] >= 3 and 0.0 <= c["inside"] <= c["held"] <= 1.0 and 0.0 <= c["held_per_source"] <= 1.0

@@ -91,31 +91,23 @@ def model_kind(model: str) -> str | None:
         return None
 
 
-def _own(engine: str | None) -> dict:
-    """``engine``'s own bands by metric (those that held on held-out sources); {} for none."""
-    return table().get("by_engine", {}).get(engine_key(engine), {}) if engine else {}
-
-
-def _kind_own(kind: str | None) -> dict:
-    """The model kind's own bands by metric (those that held on held-out sources); {} for none."""
-    return table().get("by_kind", {}).get(kind, {}) if kind else {}
-
-
-def _whose_rows(metric: str, engine: str | None, kind: str | None) -> tuple[dict | None, str]:
+def _whose_rows(metric: str, engine: str | None, kind: str | None, doc: dict | None = None) -> tuple[dict | None, str]:
     """(the band, whose rows it comes from) for one metric: the kind's own, the engine's own,
-    else the pooled one."""
-    if metric in (own := _kind_own(kind)):
+    else the pooled one, from ``doc`` (a bands document; the shipped one by default)."""
+    t = table() if doc is None else doc
+    if kind and metric in (own := t.get("by_kind", {}).get(kind, {})):
         return own[metric], f"{kind_label(kind)} models' rows"
-    if metric in (own := _own(engine)):
+    if engine and metric in (own := t.get("by_engine", {}).get(engine_key(engine), {})):
         return own[metric], f"{engine_key(engine)} rows"
-    return table()["bands"].get(metric), POOLED_ROWS
+    return t["bands"].get(metric), POOLED_ROWS
 
 
-def ratios(key: str, engine: str | None = None, kind: str | None = None) -> dict | None:
+def ratios(key: str, engine: str | None = None, kind: str | None = None, doc: dict | None = None) -> dict | None:
     """The band's ``low_ratio``/``high_ratio`` for a prediction key: the model kind's own
     (``kind``: "moe" or "dense") where it has one for this metric, else ``engine``'s own,
-    else the pooled one; None where no band is known."""
-    return _whose_rows(_METRIC_OF.get(key, key), engine, kind)[0]
+    else the pooled one; None where no band is known. ``doc``: a bands document other than
+    the shipped one (bench/bands.py judges the one it writes)."""
+    return _whose_rows(_METRIC_OF.get(key, key), engine, kind, doc)[0]
 
 
 def band(key: str, value: float | None, engine: str | None = None, kind: str | None = None) -> dict[str, float] | None:
