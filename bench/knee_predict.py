@@ -28,7 +28,7 @@ def _predict(row: dict, arch, gpu, pool_cached: bool):
             gpu,
             R.workload(row, pool_cached),
             kv_dtype=row.get("kv_dtype") or "auto",
-            engine=row.get("engine") or "vllm",
+            engine=R.engine_of(row),
             engine_version=R.engine_version(row),
             gpu_memory_utilization=utilization,
             max_model_len=mml,

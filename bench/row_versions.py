@@ -3,6 +3,9 @@ default: the version rules ``bench/rows.py`` applies to every row alike."""
 
 from __future__ import annotations
 
+import re
+
+from core.estimate.params import engine_under_env
 from core.spec.engine_defaults import release
 
 
@@ -34,3 +37,13 @@ def engine_version(row: dict) -> str | None:
     if not version and (row.get("engine") or "").lower() == "vllm":
         return None if str(row.get("date") or "") >= ASYNC_FROM else SYNC_VLLM
     return version
+
+
+def engine_of(row: dict) -> str:
+    """The engine a row is predicted with: its own, or vLLM's V0 engine where its notes say
+    the server was started with ``VLLM_USE_V1=0`` on a release that still had V0 (0.8-0.10;
+    :func:`core.estimate.params.engine_under_env`, which a sweep applies to its servers'
+    environment the same way)."""
+    forced = re.search(r"VLLM_USE_V1=([01])\b", row.get("notes", "") or "")
+    env = {"VLLM_USE_V1": forced.group(1)} if forced else {}
+    return engine_under_env(row.get("engine") or "vllm", engine_version(row), env)

@@ -45,7 +45,7 @@ from pathlib import Path
 
 
 # Re-exported: the benches read a row's engine release and its workload through this module.
-from bench.row_versions import caches_prefixes, engine_version  # noqa: F401
+from bench.row_versions import caches_prefixes, engine_of, engine_version  # noqa: F401
 from bench.row_workload import (  # noqa: F401
     INFERENCE_PERF_PROMPTS,
     assumed_lengths,
@@ -279,7 +279,7 @@ def engine_defaults(row: dict, gpu) -> dict:
     and the simulator apply ``vllm serve``'s defaults for the GPU themselves)."""
     from core.spec.engine_defaults import vllm_batch_defaults
 
-    if (row.get("engine") or "vllm").lower() != "vllm" or not _OFFLINE_HARNESS.search(row.get("notes", "") or ""):
+    if engine_of(row).lower() != "vllm" or not _OFFLINE_HARNESS.search(row.get("notes", "") or ""):
         return {}
     d = vllm_batch_defaults(engine_version(row), gpu.name, gpu.usable_bytes / 2**30, offline=True)
     return {} if d is None else {"max_num_batched_tokens": d[0], "max_num_seqs": d[1]}

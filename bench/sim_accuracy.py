@@ -96,7 +96,7 @@ def simulate_row(row: dict):
         extra_args=R.extra_args(notes),
         **knobs,
     )
-    engine, version = row.get("engine") or "vllm", R.engine_version(row)
+    engine, version = R.engine_of(row), R.engine_version(row)
     kv = R.stated_kv_bytes(notes)
     if kv is not None:
         plan = plan_config_memory(arch, hw.gpu, with_engine_defaults(config, engine, version, hw.gpu))

@@ -257,6 +257,9 @@ def test_old_vllm_runs_the_prefill_first_v0_scheduler(arch, g6):
     chunked = ServerConfig(model=MODEL, extra_args={"enable_chunked_prefill": True})
     assert scheduler_generation(chunked, "vllm", "0.6.0") == (False, 1)
     assert scheduler_generation(ServerConfig(model=MODEL), "sglang", "0.3.0") == (False, 1)
+    # vLLM 0.8-0.10 started with VLLM_USE_V1=0 is named V0 outright (core.estimate.params.engine_under_env).
+    assert scheduler_generation(ServerConfig(model=MODEL), "vllm-v0", "0.9.1") == (True, 1)
+    assert scheduler_generation(chunked, "vllm-v0", "0.9.1") == (False, 1)
 
     wl = Workload.fixed(512, 128, num_prompts=150)
     load = LoadPoint(request_rate=4.0)

@@ -77,3 +77,37 @@ def test_the_plan_names_the_release_its_estimate_and_sweep_use(tmp_path):
     assert Plan.load(tmp_path / "plan.toml").engine_version == "0.10.1"
     assert Plan.load(tmp_path / "plan.toml").model_copy(update={"engine_version": None}) == Plan()
     assert spec_from_plan(plan).engine.version == "0.10.1"
+
+
+def test_vllm_started_with_v1_off_is_predicted_as_its_v0_engine_where_the_release_had_one():
+    """VLLM_USE_V1=0 in a server's environment runs vLLM's V0 engine on 0.8-0.10 (prefill
+    first, no chunked prefill by default): a sweep of such servers, and a published row that
+    says so, are priced with V0's profile once the release is known; from 0.11, without a
+    release, or with the variable at 1, nothing changes."""
+    from core.catalog import load_model, resolve_hardware
+    from core.estimate.params import engine_under_env
+    from core.spec.serving import LoadPoint, ServerConfig
+    from core.spec.workload import Workload
+
+    off = {"VLLM_USE_V1": "0"}
+    assert engine_under_env("vllm", "0.9.1", off) == "vllm-v0" and engine_under_env("vLLM", "0.8.0", off) == "vllm-v0"
+    assert engine_under_env("vllm", "0.11.0", off) == "vllm" and engine_under_env("vllm", None, off) == "vllm"
+    assert engine_under_env("vllm", "0.9.1", {"VLLM_USE_V1": "1"}) == "vllm" and engine_under_env("vllm", "0.9.1", None) == "vllm"
+    assert engine_under_env("sglang", "0.9.1", off) == "sglang"
+
+    arch, hw = load_model("Qwen/Qwen3-4B"), resolve_hardware(gpu="A100-80GB", num_gpus=1)
+    v0 = SurrogatePredictor(arch, hw, "vllm", None, off)
+    assert v0.profile_engine == "vllm"  # no release known yet: the current one, which has no V0
+    v0.use_engine_version("0.9.1")
+    v1 = SurrogatePredictor(arch, hw, "vllm", "0.9.1")
+    assert v0.profile_engine == "vllm-v0" and v1.profile_engine == "vllm"
+    assert v0._cost(1, "auto").profile == engine_profile("vllm-v0") and v1._cost(1, "auto").profile == engine_profile("vllm", "0.9.1")
+    cfg, wl = ServerConfig(model="Qwen/Qwen3-4B"), Workload.fixed(1024, 256, num_prompts=200)
+    slow, fast = (p.predict(cfg, wl, LoadPoint(request_rate=4.0))["mean_tpot_ms"] for p in (v0, v1))
+    assert slow > 1.1 * fast  # V0 stalls decodes for every arriving prompt and steps slower
+
+    from bench.rows import engine_of
+
+    row = {"engine": "vllm", "engine_version": "0.9.1", "notes": "server started with VLLM_USE_V1=0 (V0 engine)"}
+    assert engine_of(row) == "vllm-v0" and engine_of({**row, "notes": "defaults"}) == "vllm"
+    assert engine_of({**row, "notes": "VLLM_USE_V1=1"}) == "vllm"

@@ -158,7 +158,7 @@ class Predictor:
     def _asks_chunked(self, extra_args: dict) -> bool:
         """vLLM's V0 engine given ``--enable-chunked-prefill``: its default is prefill-first."""
         flag = extra_args.get("enable_chunked_prefill", extra_args.get("enable-chunked-prefill"))
-        return self.engine == "vllm" and str(flag).strip().lower() in ("1", "true", "yes", "on")
+        return self.engine in ("vllm", "vllm-v0") and str(flag).strip().lower() in ("1", "true", "yes", "on")
 
     def chunked(self, cfg: ServerConfig) -> bool:
         """Whether prompt chunks share steps with decodes under ``cfg``: the engine's default,

@@ -115,7 +115,7 @@ def scheduler_generation(config: ServerConfig, engine: str, engine_version: str 
     scheduling. Every other engine, and vLLM 0.8 on, is modelled by the V1 scheduler.
     """
     name = (engine or "vllm").lower()
-    v0 = False
+    v0 = name == "vllm-v0"  # named outright (core.estimate.params.engine_under_env)
     if name in ("vllm", "sim") and engine_version:
         try:
             major, minor = (int(x) for x in engine_version.split(".")[:2])

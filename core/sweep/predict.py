@@ -43,18 +43,30 @@ class SurrogatePredictor:
     fallback model of the module docstring. (Not :class:`core.estimate.Predictor`, which it
     wraps.)"""
 
-    def __init__(self, arch, hardware, engine: str = "vllm", engine_version: str | None = None):
+    def __init__(self, arch, hardware, engine: str = "vllm", engine_version: str | None = None, env: dict[str, str] | None = None):
         self.arch = arch
         self.hardware = hardware
-        # Whose step costs and scheduler (core/estimate/params.engine_profile).
+        # Whose step costs and scheduler (core/estimate/params.engine_profile); the servers'
+        # environment can pick another engine than the release's default (VLLM_USE_V1=0).
+        # Only that variable is kept: the rest of a launch's environment may hold tokens.
         self.engine, self.engine_version = engine, engine_version
+        self.env = {k: v for k, v in (env or {}).items() if k == "VLLM_USE_V1"}
         self._warned: set = set()  # estimator failures already logged
 
     @classmethod
     def for_spec(cls, spec, arch, hardware) -> SurrogatePredictor:
         """The predictor for a study: SGLang's profile for an SGLang sweep, vLLM's for every
-        other (the simulator stands in for vLLM), at the version the study knows."""
-        return cls(arch, hardware, "sglang" if spec.engine.kind == "sglang" else "vllm", spec.engine.version)
+        other (the simulator stands in for vLLM), at the version the study knows, in the
+        environment its servers start in."""
+        return cls(arch, hardware, "sglang" if spec.engine.kind == "sglang" else "vllm", spec.engine.version, spec.engine.env)
+
+    @property
+    def profile_engine(self) -> str:
+        """The engine the cost model and the estimator price: :attr:`engine`, or vLLM's V0
+        where the release and ``VLLM_USE_V1=0`` make it run (core.estimate.params.engine_under_env)."""
+        from core.estimate.params import engine_under_env
+
+        return engine_under_env(self.engine, self.engine_version, self.env)
 
     def use_hardware(self, hardware) -> None:
         """Predict for ``hardware`` from now on (a launch found the machine differs from the
@@ -75,7 +87,7 @@ class SurrogatePredictor:
     def _cost(self, tp: int, kv_dtype: str):
         from core.estimate import CostModel
 
-        return CostModel(self.arch, self.hardware.gpu, tp=tp, kv_dtype=kv_dtype, engine=self.engine, engine_version=self.engine_version)
+        return CostModel(self.arch, self.hardware.gpu, tp=tp, kv_dtype=kv_dtype, engine=self.profile_engine, engine_version=self.engine_version)
 
     def fits(self, cfg: ServerConfig, workload: Workload | None = None) -> tuple[bool, str | None, Any]:
         from core.estimate.memory import plan_config_memory
@@ -103,7 +115,9 @@ class SurrogatePredictor:
             from core.estimate.predict import Predictor as EstimatorPredictor
 
             try:
-                cache[key] = EstimatorPredictor(self.arch, self.hardware.gpu, workload, engine=self.engine, engine_version=self.engine_version)
+                cache[key] = EstimatorPredictor(
+                    self.arch, self.hardware.gpu, workload, engine=self.profile_engine, engine_version=self.engine_version
+                )
             except KneeError:
                 cache[key] = None  # a workload the estimator rejects: the fallback model answers
             except Exception as e:  # noqa: BLE001 - an estimator bug must not stop a sweep; it is logged
