@@ -97,23 +97,30 @@ def coverage(
     min_sources: int = 1,
     tail: float = 10.0,
     band_rows: Callable[[dict], bool] | None = None,
+    per_source: bool = False,
 ) -> tuple[float, int]:
     """Share of the rows ``rows_of`` selects whose ratio the pessimistic edge holds, each
     source's rows against the band of the other sources' rows (those ``band_rows`` selects,
     the same rows by default; a row whose band cannot be built counts as not held), and how
-    many rows were judged."""
+    many rows were judged. ``per_source``: the mean over sources of each one's share instead
+    (every source weighs the same, as a user's setup is one more source; by rows, one large
+    source's spread moves the edge)."""
     band_rows = band_rows or rows_of
     held = judged = 0
+    shares = []
     for s in sorted({_source(r) for r in results if rows_of(r)}):
         b = _band([r for r in results if band_rows(r) and _source(r) != s], m, key, min_rows, min_sources, tail)
-        for r in results:
-            if rows_of(r) and _source(r) == s and (x := _ratio(r, m, key)) is not None:
-                judged += 1
-                held += b is not None and _holds(m, x, b[0], b[1])
+        mine = [x for r in results if rows_of(r) and _source(r) == s and (x := _ratio(r, m, key)) is not None]
+        ok = sum(b is not None and _holds(m, x, b[0], b[1]) for x in mine)
+        judged, held = judged + len(mine), held + ok
+        if mine:
+            shares.append(ok / len(mine))
+    if per_source:
+        return (float(np.mean(shares)) if shares else 0.0), judged
     return (held / judged if judged else 0.0), judged
 
 
-def calibrated_tail(results: list[dict], m: str, key: str) -> tuple[float, float]:
+def calibrated_tail(results: list[dict], m: str, key: str, per_source: bool = False) -> tuple[float, float]:
     """The pooled band's pessimistic percentile: the largest tail (10%, then 9.5%, ...) at
     which its edge holds for ``NOMINAL`` of held-out sources' rows, and that share. Each
     source's rows judge a band built without them, as the predictions themselves are; the
@@ -123,7 +130,7 @@ def calibrated_tail(results: list[dict], m: str, key: str) -> tuple[float, float
         return 10.0, float("nan")  # one source: nothing held out to judge by
     share = 0.0
     for tail in TAILS:
-        share, _ = coverage(results, m, key, lambda r: True, tail=tail)
+        share, _ = coverage(results, m, key, lambda r: True, tail=tail, per_source=per_source)
         if share >= NOMINAL:
             return tail, share
     return TAILS[-1], share
@@ -219,7 +226,9 @@ def _entry(b: tuple[float, float, int, int], cover: float | None = None) -> dict
     return d
 
 
-def own_bands(results: list[dict], key: str, group_of: Callable[[dict], str | None], pooled_tails: dict[str, float]) -> tuple[dict, dict]:
+def own_bands(
+    results: list[dict], key: str, group_of: Callable[[dict], str | None], pooled_tails: dict[str, float], per_source: bool = False
+) -> tuple[dict, dict]:
     """(kept, checks): per group (an engine, a model kind) and metric, the group's own band
     where it has ``MIN_ROWS`` rows from ``MIN_SOURCES`` sources and its pessimistic edge,
     built without each source in turn, holds for ``NOMINAL`` of that source's rows; as for
@@ -241,12 +250,12 @@ def own_bands(results: list[dict], key: str, group_of: Callable[[dict], str | No
                 continue
             best, n, at = 0.0, 0, None
             for tail in TAILS:
-                own, n = coverage(results, m, key, ours, MIN_ROWS, MIN_SOURCES, tail=tail)
+                own, n = coverage(results, m, key, ours, MIN_ROWS, MIN_SOURCES, tail=tail, per_source=per_source)
                 best = max(best, own)
                 if own >= NOMINAL:
                     at = tail
                     break
-            pool, _ = coverage(results, m, key, ours, band_rows=lambda r: True, tail=pooled_tails.get(m, 10.0))
+            pool, _ = coverage(results, m, key, ours, band_rows=lambda r: True, tail=pooled_tails.get(m, 10.0), per_source=per_source)
             pct = None if at is None else (100 - at if m in LATENCIES else at)
             checks.setdefault(group, {})[m] = {"own": round(best, 3), "pooled": round(pool, 3), "rows": n, "pessimistic_percentile": pct}
             if at is not None:
@@ -256,26 +265,38 @@ def own_bands(results: list[dict], key: str, group_of: Callable[[dict], str | No
     return kept, checks
 
 
+def _engine_group(r: dict) -> str | None:
+    return canonical_engine(r.get("engine_name")) if r.get("engine_name") else None
+
+
 def write_bands(
-    results: list[dict], out: str, paths: list[str], key: str = "knee", held_out: list[dict] | None = None, held_out_paths: list[str] | None = None
+    results: list[dict],
+    out: str,
+    paths: list[str],
+    key: str = "knee",
+    held_out: list[dict] | None = None,
+    held_out_paths: list[str] | None = None,
+    per_source: bool = False,
 ) -> dict:
     """bands.json from ``results`` (the report's rows, predictions under ``key``); the track
     record also counts ``held_out`` (rows of files no parameter was fitted on, predicted by
-    the shipped estimator under ``knee``)."""
+    the shipped estimator under ``knee``). ``per_source``: each edge where it holds for 90%
+    of a held-out source's rows on average over sources (:func:`coverage`), not of all
+    held-out rows pooled; not what ships (see ``--per-source`` in :func:`main`)."""
     unseen = [{**r, key: r.get("knee") or {}} for r in held_out or []]
     pooled: dict[str, dict] = {}
     coverage_of: dict[str, float] = {}
     tails: dict[str, float] = {}
     for m in METRICS:
-        tail, share = calibrated_tail(results, m, key)
+        tail, share = calibrated_tail(results, m, key, per_source)
         b = _band(results, m, key, 10, 1, tail)
         if b is None:
             continue  # too few rows for this metric
         coverage_of[m] = share
         tails[m] = tail
         pooled[m] = _entry(b) | {"pessimistic_percentile": 100 - tail if m in LATENCIES else tail}
-    by_engine, checks = own_bands(results, key, lambda r: canonical_engine(r.get("engine_name")) if r.get("engine_name") else None, tails)
-    by_kind, kind_checks = own_bands(results, key, lambda r: r.get("model_kind"), tails)
+    by_engine, checks = own_bands(results, key, _engine_group, tails, per_source)
+    by_kind, kind_checks = own_bands(results, key, lambda r: r.get("model_kind"), tails, per_source)
     doc = {
         "what": "10th/90th percentile of measured/predicted per metric, the pessimistic edge (pessimistic_percentile) where it "
         f"holds for {NOMINAL:.0%} of held-out sources' rows (bench/bands.py); by_engine: an engine's own rows, "
@@ -292,6 +313,7 @@ def write_bands(
         "date": datetime.date.today().isoformat(),
         "bands": pooled,
         "held_out_coverage": {m: (round(v, 3) if v == v else None) for m, v in coverage_of.items()},
+        "coverage_weighting": "per source" if per_source else "per row",
         "by_engine": by_engine,
         "engine_checks": checks,
         "by_kind": by_kind,
@@ -318,12 +340,18 @@ def main() -> None:
         help="comma-separated saved `bench.accuracy HELDOUT.jsonl --json` reports of files never fitted on: "
         "the shipped estimator's errors on them join the track record (each named by its report's file name)",
     )
+    ap.add_argument(
+        "--per-source",
+        action="store_true",
+        help="set each edge where it holds for 90%% of a held-out source's rows on average over sources (every source weighs "
+        "the same) instead of 90%% of all held-out rows; for comparing, not what ships: write it to another --out",
+    )
     a = ap.parse_args()
     rows = json.loads(Path(a.report).read_text())["rows"]
     key = "knee_loso" if any(r.get("knee_loso") for r in rows) else "knee"
     reports = [p for p in a.held_out.split(",") if p]
     unseen = [r for p in reports for r in json.loads(Path(p).read_text())["rows"]]
-    print_bands(write_bands(rows, a.out, a.files.split(","), key, unseen, reports))
+    print_bands(write_bands(rows, a.out, a.files.split(","), key, unseen, reports, a.per_source))
 
 
 def print_bands(doc: dict, file=None) -> None:

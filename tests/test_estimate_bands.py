@@ -372,3 +372,18 @@ def test_the_shipped_bands_state_how_they_did_on_the_held_out_files():
     assert set(cov) == set(t["bands"]) and t["track_record_held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json", "heldout4.json"]
     for c in cov.values():
         assert c["rows"] >= 50 and c["sources"] >= 3 and 0.0 <= c["inside"] <= c["held"] <= 1.0 and 0.0 <= c["held_per_source"] <= 1.0
+
+
+def test_coverage_per_source_weighs_every_held_out_source_the_same():
+    """bench.bands --per-source: a small source the others' band misses counts as one source
+    of three, not as two rows of 32 (per row the edge would look to hold for 94%)."""
+    from bench.bands import coverage
+
+    def rows(source, n, ratio):
+        return [{"id": f"{source}-{i}", "knee": {"req_per_s": 1.0}, "measured": {"req_per_s": ratio}} for i in range(n)]
+
+    results = rows("big", 20, 1.0) + rows("mid", 10, 1.0) + rows("odd", 2, 0.1)
+    by_row, judged = coverage(results, "req_per_s", "knee", lambda r: True)
+    by_source, judged_too = coverage(results, "req_per_s", "knee", lambda r: True, per_source=True)
+    assert judged == judged_too == 32
+    assert by_row == pytest.approx(30 / 32) and by_source == pytest.approx(2 / 3)
