@@ -14,6 +14,23 @@ from tui.cli import main
 KEYS = ("ttft_ms", "itl_ms", "e2e_s", "req_per_s", "output_tok_per_s")
 
 
+def _kind_rows(kind, sources, per_source, ratio, prefix="", spread=0.1):
+    """Report rows of vLLM on an H200 for one model kind: ``sources`` sources of
+    ``per_source`` rows each, measured req/s ``ratio`` x knee's, spread evenly by ``spread``."""
+    return [
+        {
+            "id": f"{prefix}{kind}{s}-{i}",
+            "gpu": "H200",
+            "engine_name": "vllm",
+            "model_kind": kind,
+            "knee": {"req_per_s": 1.0},
+            "measured": {"req_per_s": ratio * (1 - spread / 2 + spread * i / per_source)},
+        }
+        for s in range(sources)
+        for i in range(per_source)
+    ]
+
+
 def test_estimate_json_carries_low_and_high_for_every_prediction(capsys):
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "1,16", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -277,22 +294,8 @@ def test_a_model_kinds_own_band_and_track_record_are_written_from_its_rows(tmp_p
     record keeps them apart per engine and per GPU and engine."""
     from bench.bands import MIN_ROWS, MIN_SOURCES, write_bands
 
-    def rows(kind, sources, per_source, ratio):
-        return [
-            {
-                "id": f"{kind}{s}-{i}",
-                "gpu": "H200",
-                "engine_name": "vllm",
-                "model_kind": kind,
-                "knee": {"req_per_s": 1.0},
-                "measured": {"req_per_s": ratio * (0.95 + 0.1 * i / per_source)},
-            }
-            for s in range(sources)
-            for i in range(per_source)
-        ]
-
     per = MIN_ROWS // MIN_SOURCES + 2  # enough rows for a band without any one source
-    moe, dense = rows("moe", MIN_SOURCES + 1, per, 0.5), rows("dense", MIN_SOURCES + 1, per, 1.0)
+    moe, dense = _kind_rows("moe", MIN_SOURCES + 1, per, 0.5), _kind_rows("dense", MIN_SOURCES + 1, per, 1.0)
     doc = write_bands(moe + dense, str(tmp_path / "b.json"), ["x.jsonl"])
     own = doc["by_kind"]["moe"]["req_per_s"]
     assert own["held_out_coverage"] >= 0.9 and 0.47 < own["low_ratio"] < own["high_ratio"] < 0.53
@@ -336,26 +339,12 @@ def test_the_bands_are_judged_on_the_held_out_files_rows_under_the_band_knee_sho
     edges; a row whose lengths its source does not publish is left out, as in the track record."""
     from bench.bands import MIN_ROWS, MIN_SOURCES, write_bands
 
-    def rows(kind, sources, per_source, ratio, prefix="fit", spread=0.1):
-        return [
-            {
-                "id": f"{prefix}{kind}{s}-{i}",
-                "gpu": "H200",
-                "engine_name": "vllm",
-                "model_kind": kind,
-                "knee": {"req_per_s": 1.0},
-                "measured": {"req_per_s": ratio * (1 - spread / 2 + spread * i / per_source)},
-            }
-            for s in range(sources)
-            for i in range(per_source)
-        ]
-
     per = MIN_ROWS // MIN_SOURCES + 2
-    fitted = rows("moe", MIN_SOURCES + 1, per, 0.5) + rows("dense", MIN_SOURCES + 1, per, 1.0)
+    fitted = _kind_rows("moe", MIN_SOURCES + 1, per, 0.5, "fit") + _kind_rows("dense", MIN_SOURCES + 1, per, 1.0, "fit")
     # Held out: one MoE source inside MoE models' own band (about 0.5x), one MoE source at
     # 0.3x (below its low edge), one dense source at 1.0x (inside the pooled band).
-    unseen = rows("moe", 1, 4, 0.5, "hoa", 0.0) + rows("moe", 1, 2, 0.3, "hob", 0.0) + rows("dense", 1, 4, 1.0, "hoc", 0.0)
-    guessed = [{**r, "id": "guess" + r["id"], "assumed_lengths": ["input"]} for r in rows("moe", 1, 4, 0.1, "hod")]
+    unseen = _kind_rows("moe", 1, 4, 0.5, "hoa", 0.0) + _kind_rows("moe", 1, 2, 0.3, "hob", 0.0) + _kind_rows("dense", 1, 4, 1.0, "hoc", 0.0)
+    guessed = [{**r, "id": "guess" + r["id"], "assumed_lengths": ["input"]} for r in _kind_rows("moe", 1, 4, 0.1, "hod")]
     doc = write_bands(fitted, str(tmp_path / "b.json"), ["x.jsonl"], "knee", unseen + guessed, ["h.json"])
     assert "req_per_s" in doc["by_kind"]["moe"]  # the MoE rows' own band is the one judged for them
     c = doc["held_out_files_coverage"]["req_per_s"]
