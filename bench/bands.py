@@ -321,6 +321,8 @@ def write_bands(
         "track_record": track_record(results + unseen, key),
     }
     doc["held_out_files_coverage"] = files_coverage(doc, unseen)
+    kinds = sorted({k for r in unseen if (k := r.get("model_kind"))})
+    doc["held_out_files_coverage_by_kind"] = {k: c for k in kinds if (c := files_coverage(doc, [r for r in unseen if r.get("model_kind") == k]))}
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 

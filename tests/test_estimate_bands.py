@@ -352,15 +352,33 @@ def test_the_bands_are_judged_on_the_held_out_files_rows_under_the_band_knee_sho
     assert c["held"] == 0.8 and c["held_per_source"] == pytest.approx(round(2 / 3, 3))
     assert c["inside"] == 0.8
     assert json.loads((tmp_path / "b.json").read_text())["held_out_files_coverage"] == doc["held_out_files_coverage"]
+    by_kind = doc["held_out_files_coverage_by_kind"]
+    assert by_kind["moe"]["req_per_s"]["rows"] == 6 and by_kind["moe"]["req_per_s"]["held"] == pytest.approx(round(4 / 6, 3))
+    assert by_kind["dense"]["req_per_s"] == {"rows": 4, "sources": 1, "held": 1.0, "held_per_source": 1.0, "inside": 1.0}
 
 
-def test_the_shipped_bands_state_how_they_did_on_the_held_out_files():
-    """bands.json carries the check on the four held-out files for every metric it has a band for."""
+def test_the_shipped_bands_state_how_they_did_on_the_held_out_files(capsys):
+    """bands.json carries the check on the four held-out files for every metric it has a band
+    for, pooled and per model kind; knee estimate prints the model's kind's beside its bands
+    (a dense model's, then a MoE model's) and carries it in --json."""
     t = bands.table()
     cov = t["held_out_files_coverage"]
     assert set(cov) == set(t["bands"]) and t["track_record_held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json", "heldout4.json"]
-    for c in cov.values():
-        assert c["rows"] >= 50 and c["sources"] >= 3 and 0.0 <= c["inside"] <= c["held"] <= 1.0 and 0.0 <= c["held_per_source"] <= 1.0
+    for c in [*cov.values(), *(c for k in t["held_out_files_coverage_by_kind"].values() for c in k.values())]:
+        assert c["rows"] >= 40 and c["sources"] >= 3 and 0.0 <= c["inside"] <= c["held"] <= 1.0 and 0.0 <= c["held_per_source"] <= 1.0
+    for model, gpu, kind in (
+        ("Qwen/Qwen3-4B", ["--gpu", "H100-SXM"], "dense"),
+        ("deepseek-ai/DeepSeek-R1", ["--gpu", "H200", "--num-gpus", "8", "--tp", "8"], "moe"),
+    ):
+        own = t["held_out_files_coverage_by_kind"][kind]
+        assert bands.unseen_check(kind) == own and own != cov
+        assert main(["estimate", "--model", model, *gpu, "--concurrency", "8"]) == 0
+        out = capsys.readouterr().out
+        ttft, itl = f"{own['ttft_ms']['held']:.0%}", f"{own['itl_ms']['held']:.0%}"
+        assert f"On {bands.kind_label(kind)} models' runs from " in out and f"the pessimistic edge held for: TTFT {ttft}, ITL {itl}, " in out
+        assert main(["estimate", "--model", model, *gpu, "--concurrency", "8", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["bands_on_unseen_runs"] == own
+    assert bands.unseen_check(None) == cov and bands.unseen_check("no-such-kind") == cov
 
 
 def test_coverage_per_source_weighs_every_held_out_source_the_same():

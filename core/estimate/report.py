@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import BadInput
-from core.estimate.bands import kind_of
+from core.estimate.bands import kind_of, unseen_check
 from core.estimate.costmodel import STREAMING
 from core.estimate.params import engine_profile
 from core.estimate.limits import Limits, compute_limits
@@ -114,6 +114,7 @@ class EstimateReport:
             "best": self.best.label if self.best else None,
             "suggestion": self.suggestion.as_dict() if self.suggestion else None,
             "track_record": self.track_record.as_dict() if self.track_record else None,
+            "bands_on_unseen_runs": unseen_check(self.configs[0].at_knee.kind if self.configs else None),
             "notes": self.notes,
         }
 

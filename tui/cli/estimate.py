@@ -299,7 +299,7 @@ def format_report(r) -> str:
 
 def _bands(r) -> list[str]:
     """The error band of each configuration's at-knee numbers (core/estimate/bands.py)."""
-    from core.estimate.bands import band, source
+    from core.estimate.bands import band, source, unseen_line
 
     engine = r.configs[0].at_knee.engine if r.configs else None
     kind = r.configs[0].at_knee.kind if r.configs else None
@@ -320,4 +320,6 @@ def _bands(r) -> list[str]:
         rows.append(cells)
     if not any(band(k, 1.0, engine, kind) for k in ("ttft_ms", "output_tok_per_s")):
         return []
-    return lines + _table(["config", "TTFT ms", "ITL ms", "E2E s", "req/s", "out tok/s"], rows, {1, 2, 3, 4, 5})
+    unseen = unseen_line(kind)
+    table = _table(["config", "TTFT ms", "ITL ms", "E2E s", "req/s", "out tok/s"], rows, {1, 2, 3, 4, 5})
+    return lines + table + ([f"  {unseen[0].upper()}{unseen[1:]}"] if unseen else [])
