@@ -291,3 +291,37 @@ def test_a_config_that_leaves_dimensions_to_its_class_gets_the_class_defaults():
     assert (arch.vocab_size, arch.max_position_embeddings) == (262208, 131072)
     assert (len(arch.sliding_layers), arch.num_full_attention_layers) == (52, 10)  # every sixth layer global
     assert 26.5e9 < arch.weight_bytes / 2 < 27.5e9
+
+
+def _closed_loopback_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unknown_model_with_the_hub_unreachable_says_so_without_asking_it(monkeypatch):
+    """Not bundled, not local, not cached and the hub's host refuses: one line that names the
+    unreachable hub, raised before transformers starts its five retries (the hub is a
+    loopback port nothing listens on; nothing leaves the machine)."""
+    from core.catalog.models import load_config_dict
+
+    port = _closed_loopback_port()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(BadInput) as e:
+        load_config_dict("no-such-org/no-such-model-xyz")
+    msg = str(e.value)
+    assert f"127.0.0.1:{port} is unreachable" in msg and "no-such-org/no-such-model-xyz" in msg
+    assert "\n" not in msg
+
+
+def test_a_hub_endpoint_with_a_bad_port_is_named(monkeypatch):
+    from core.catalog.models import load_config_dict
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:notaport")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(BadInput, match="HF_ENDPOINT 'http://127.0.0.1:notaport' has no valid port"):
+        load_config_dict("no-such-org/no-such-model-xyz")
