@@ -33,6 +33,13 @@ experts took their own efficiency), so the pooled band's low edge held for 85% o
 rows and its own (0.32x, at p9) for 90%. The
 track record keeps GPU x engine x kind and engine x kind groups too, looked up first.
 
+Per engine and kind (``by_engine_kind``, "vllm|dense"): the same rule again, looked up before
+the kind's own. A dense model on vLLM, the common case, otherwise took the dense band, which
+pools TGI 1.0's GPTQ runs (measured at a fifth to half of knee's throughput) and SGLang's
+with vLLM's: its low edge on out tok/s was 0.42x, so a deploy sized on it asked for 2.4x the
+instances the prediction needs. vLLM's own dense rows give 0.75x, and that edge, built
+without each source in turn, held for 92% of the source's rows (2026-12-07, session 36).
+
     python -m bench.accuracy FILES --loso --bands-out core/estimate/bands.json    (measures, then writes)
     python -m bench.bands REPORT.json --files A.jsonl,B.jsonl --out core/estimate/bands.json
         (rewrites the bands from a saved ``bench.accuracy --loso --json`` report)
@@ -51,7 +58,7 @@ import numpy as np
 
 from bench.fit import source_of
 from bench.rows import METRICS, ape
-from core.estimate.bands import LATENCIES, ratios
+from core.estimate.bands import LATENCIES, engine_key, ratios
 from core.estimate.params import canonical_engine
 
 MIN_ROWS = 50  # rows of one engine for a metric before it may have a band of its own
@@ -269,6 +276,12 @@ def _engine_group(r: dict) -> str | None:
     return canonical_engine(r.get("engine_name")) if r.get("engine_name") else None
 
 
+def _engine_kind_group(r: dict) -> str | None:
+    """An engine's rows of one model kind ("vllm|dense"), keyed as core.estimate.bands looks
+    them up (a vLLM profile's rows under vllm)."""
+    return f"{engine_key(r['engine_name'])}|{r['model_kind']}" if r.get("engine_name") and r.get("model_kind") else None
+
+
 def write_bands(
     results: list[dict],
     out: str,
@@ -297,11 +310,13 @@ def write_bands(
         pooled[m] = _entry(b) | {"pessimistic_percentile": 100 - tail if m in LATENCIES else tail}
     by_engine, checks = own_bands(results, key, _engine_group, tails, per_source)
     by_kind, kind_checks = own_bands(results, key, lambda r: r.get("model_kind"), tails, per_source)
+    by_engine_kind, engine_kind_checks = own_bands(results, key, _engine_kind_group, tails, per_source)
     doc = {
         "what": "10th/90th percentile of measured/predicted per metric, the pessimistic edge (pessimistic_percentile) where it "
         f"holds for {NOMINAL:.0%} of held-out sources' rows (bench/bands.py); by_engine: an engine's own rows, "
         f"where it has {MIN_ROWS} rows from {MIN_SOURCES} sources for the metric and its own band's pessimistic edge holds "
-        f"for {NOMINAL:.0%} of each held-out source's rows; track_record: median absolute error and median "
+        f"for {NOMINAL:.0%} of each held-out source's rows; by_kind: a model kind's own (moe, dense), by the same rule; "
+        "by_engine_kind: an engine's rows of one model kind (vllm|dense), by the same rule, taken first; track_record: median absolute error and median "
         f"measured/predicted by GPU and engine, GPU, engine and all rows (a group with {TRACK_ROWS} rows from "
         f"{TRACK_SOURCES} sources; rows whose lengths their source does not publish left out; the held-out files' rows as the "
         "shipped estimator predicts them)",
@@ -318,6 +333,8 @@ def write_bands(
         "engine_checks": checks,
         "by_kind": by_kind,
         "kind_checks": kind_checks,
+        "by_engine_kind": by_engine_kind,
+        "engine_kind_checks": engine_kind_checks,
         "track_record": track_record(results + unseen, key),
     }
     doc["held_out_files_coverage"] = files_coverage(doc, unseen)
@@ -365,11 +382,14 @@ def print_bands(doc: dict, file=None) -> None:
             f"  {m:17} {v['low_ratio']:.2f}-{v['high_ratio']:.2f}x ({v['rows']} rows)  pessimistic edge at "
             f"p{v['pessimistic_percentile']:g} holds for {_pct(doc['held_out_coverage'][m])}"
         )
-    p(f"an engine's or a model kind's own band, where it could have one: held-out share its edge holds for, own / pooled (kept at {NOMINAL:.0%}):")
-    for checks, kept in (("engine_checks", "by_engine"), ("kind_checks", "by_kind")):
+    p(
+        "an engine's, a model kind's or an engine's rows of one kind's own band, where it could have one: held-out share its "
+        f"edge holds for, own / pooled (kept at {NOMINAL:.0%}):"
+    )
+    for checks, kept in (("engine_checks", "by_engine"), ("kind_checks", "by_kind"), ("engine_kind_checks", "by_engine_kind")):
         for group, ms in doc.get(checks, {}).items():
             cells = [f"{m} {c['own']:.0%}/{c['pooled']:.0%}{' kept' if m in doc[kept].get(group, {}) else ''}" for m, c in ms.items()]
-            p(f"  {group:13} " + "  ".join(cells))
+            p(f"  {group:18} " + "  ".join(cells))
     if files := doc.get("held_out_files_coverage"):
         p("the same bands on the held-out files' rows (never fitted on): share whose pessimistic edge held, its mean over sources, share inside:")
         for m, c in files.items():

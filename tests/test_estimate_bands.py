@@ -62,7 +62,7 @@ def test_the_shipped_bands_keep_an_engine_band_exactly_where_it_held_on_held_out
     it covered 90% of the held-out sources' rows of that engine (kind); the shipped file says
     which held, and at which percentile."""
     t = bands.table()
-    for checks_of, kept_of in (("engine_checks", "by_engine"), ("kind_checks", "by_kind")):
+    for checks_of, kept_of in (("engine_checks", "by_engine"), ("kind_checks", "by_kind"), ("engine_kind_checks", "by_engine_kind")):
         for group, checks in t[checks_of].items():
             for metric, check in checks.items():
                 kept = t.get(kept_of, {}).get(group, {}).get(metric)
@@ -71,6 +71,7 @@ def test_the_shipped_bands_keep_an_engine_band_exactly_where_it_held_on_held_out
                 if kept:
                     assert kept["pessimistic_percentile"] == check["pessimistic_percentile"]
     assert set(t["by_kind"]) == {"moe", "dense"}  # 2026-12-07: both kinds' throughput bands held
+    assert set(t["by_engine_kind"]) == {"vllm|dense"}  # 2026-12-07 (session 36): vLLM's MoE sources disagree (16-34%)
 
 
 def test_an_engine_takes_its_own_band_only_where_it_has_one(monkeypatch):
@@ -274,7 +275,14 @@ def test_a_model_kind_takes_its_own_band_before_its_engines(monkeypatch):
     moe = {"low_ratio": 0.2, "high_ratio": 1.1, "rows": 120, "sources": 9, "held_out_coverage": 0.91}
     vllm_ttft = {"low_ratio": 0.45, "high_ratio": 3.96, "rows": 223, "sources": 15, "held_out_coverage": 0.928}
     monkeypatch.setattr(
-        bands, "table", lambda: {**shipped, "by_engine": {"vllm": {"ttft_ms": vllm_ttft}}, "by_kind": {"moe": {"req_per_s": moe, "ttft_ms": moe}}}
+        bands,
+        "table",
+        lambda: {
+            **shipped,
+            "by_engine": {"vllm": {"ttft_ms": vllm_ttft}},
+            "by_kind": {"moe": {"req_per_s": moe, "ttft_ms": moe}},
+            "by_engine_kind": {},
+        },
     )
     pooled = shipped["bands"]["req_per_s"]
     assert bands.band("req_per_s", 2.0, "vllm", "moe") == {"low": 2.0 * moe["low_ratio"], "high": 2.0 * moe["high_ratio"]}
@@ -286,6 +294,53 @@ def test_a_model_kind_takes_its_own_band_before_its_engines(monkeypatch):
     assert bands.scope("vllm", "moe") == "MoE models' rows for TTFT, req/s, all engines' otherwise"
     assert bands.scope("vllm", "dense") == "vllm rows for TTFT, all engines' otherwise"
     assert bands.summary_band("request_throughput", 10.0, "vllm", "moe") == pytest.approx((2.0, 11.0))
+
+
+def test_an_engines_rows_of_one_kind_take_their_own_band_first(monkeypatch):
+    """vLLM's rows of dense models (by_engine_kind "vllm|dense") give a dense model on vLLM its
+    band before the dense kind's (which pools other engines' dense runs) and vLLM's own; any
+    other engine, a MoE model, or a metric they have no band for, goes on as before; the
+    sizing sentence names whose rows the edge came from."""
+    shipped = bands.table()
+    vllm_dense = {"low_ratio": 0.75, "high_ratio": 1.15, "rows": 154, "sources": 13, "held_out_coverage": 0.916}
+    dense = {"low_ratio": 0.42, "high_ratio": 1.19, "rows": 300, "sources": 20, "held_out_coverage": 0.91}
+    monkeypatch.setattr(
+        bands,
+        "table",
+        lambda: {
+            **shipped,
+            "by_engine": {},
+            "by_kind": {"dense": {"output_tok_per_s": dense, "req_per_s": dense}},
+            "by_engine_kind": {"vllm|dense": {"output_tok_per_s": vllm_dense}},
+        },
+    )
+    for engine in ("vllm", "vllm-async", "sim"):  # a vLLM profile and the simulator read vLLM's rows
+        assert bands.ratios("output_tok_per_s", engine, "dense") == vllm_dense
+        assert bands.whose("output_tok_per_s", engine, "dense") == "vllm rows of dense models"
+    assert bands.pessimistic("output_tok_per_s", 100.0, "vllm", "dense") == pytest.approx(75.0)
+    assert bands.ratios("req_per_s", "vllm", "dense") == dense  # no band of their own for req/s: the kind's
+    assert bands.ratios("output_tok_per_s", "sglang", "dense") == dense  # another engine: the kind's
+    assert bands.ratios("output_tok_per_s", "vllm", "moe") == shipped["bands"]["output_tok_per_s"]
+    assert bands.ratios("output_tok_per_s", "vllm") == shipped["bands"]["output_tok_per_s"]  # no kind known: pooled
+    assert bands.scope("vllm", "dense") == "dense models' rows for req/s; vllm rows of dense models for out tok/s, all engines' otherwise"
+
+
+def test_an_engines_rows_of_one_kind_get_a_band_where_their_sources_agree(tmp_path):
+    """bench.bands: vLLM's dense rows, whose sources agree with each other (1.0x) while
+    another engine's dense rows sit at 0.4x, get a band of their own (by_engine_kind
+    "vllm|dense", its edge held for each held-out vLLM dense source); the dense kind's band,
+    pooling both engines, has a far lower low edge."""
+    from bench.bands import MIN_ROWS, MIN_SOURCES, write_bands
+
+    per = MIN_ROWS // MIN_SOURCES + 2
+    vllm = _kind_rows("dense", MIN_SOURCES + 1, per, 1.0, "v")
+    other = [{**r, "engine_name": "tgi"} for r in _kind_rows("dense", MIN_SOURCES + 1, per, 0.4, "t")]
+    doc = write_bands(vllm + other, str(tmp_path / "b.json"), ["x.jsonl"])
+    own = doc["by_engine_kind"]["vllm|dense"]["req_per_s"]
+    assert own["held_out_coverage"] >= 0.9 and 0.95 < own["low_ratio"] < own["high_ratio"] < 1.06
+    assert doc["engine_kind_checks"]["vllm|dense"]["req_per_s"]["own"] >= 0.9
+    assert "tgi|dense" in doc["engine_kind_checks"]
+    assert doc["bands"]["req_per_s"]["low_ratio"] < 0.45  # the pooled rows' low edge sits with TGI's
 
 
 def test_a_model_kinds_own_band_and_track_record_are_written_from_its_rows(tmp_path):

@@ -126,7 +126,8 @@ def _size(
         from core.estimate.bands import model_kind, pessimistic, whose
 
         # The simulator stands in for vLLM, and what deploy serves is vLLM (the LMI and vLLM
-        # containers): vLLM's own residuals give the band, or the model kind's (MoE, dense).
+        # containers): vLLM's own runs of the model's kind give the band where they have
+        # one, else the kind's (MoE, dense), else vLLM's own.
         kind = model_kind(src.config.model)
         rps = pessimistic("req_per_s", rps, "vllm", kind) if rps else rps
         tps = pessimistic("output_tok_per_s", tps, "vllm", kind) if tps else tps

@@ -23,6 +23,12 @@ own band for a metric by the same rule, and before its engine's: knee's misses o
 runs (DeepSeek-R1/V3, GLM-4.5-Air, Qwen3-235B, MiniMax on vLLM, measured up to half the
 predicted throughput) are much wider than on dense ones, so a band pooled over both is too
 narrow for the first and too wide for the second.
+
+An engine's rows of one model kind (``by_engine_kind``: "vllm|dense") take their own band by
+the same rule again, before the kind's: the dense band pools TGI 1.0's GPTQ runs and SGLang's
+with vLLM's, and its low edge on throughput (0.42x) sized a vLLM deploy of a dense model at
+2.4x the instances its prediction needs; vLLM's own dense rows hold at 0.75x
+(bench/bands.py).
 """
 
 from __future__ import annotations
@@ -92,9 +98,12 @@ def model_kind(model: str) -> str | None:
 
 
 def _whose_rows(metric: str, engine: str | None, kind: str | None, doc: dict | None = None) -> tuple[dict | None, str]:
-    """(the band, whose rows it comes from) for one metric: the kind's own, the engine's own,
-    else the pooled one, from ``doc`` (a bands document; the shipped one by default)."""
+    """(the band, whose rows it comes from) for one metric: the engine's own rows of the
+    kind's, the kind's own, the engine's own, else the pooled one, from ``doc`` (a bands
+    document; the shipped one by default)."""
     t = table() if doc is None else doc
+    if engine and kind and metric in (own := t.get("by_engine_kind", {}).get(f"{engine_key(engine)}|{kind}", {})):
+        return own[metric], f"{engine_key(engine)} rows of {kind_label(kind)} models"
     if kind and metric in (own := t.get("by_kind", {}).get(kind, {})):
         return own[metric], f"{kind_label(kind)} models' rows"
     if engine and metric in (own := t.get("by_engine", {}).get(engine_key(engine), {})):
@@ -103,9 +112,9 @@ def _whose_rows(metric: str, engine: str | None, kind: str | None, doc: dict | N
 
 
 def ratios(key: str, engine: str | None = None, kind: str | None = None, doc: dict | None = None) -> dict | None:
-    """The band's ``low_ratio``/``high_ratio`` for a prediction key: the model kind's own
-    (``kind``: "moe" or "dense") where it has one for this metric, else ``engine``'s own,
-    else the pooled one; None where no band is known. ``doc``: a bands document other than
+    """The band's ``low_ratio``/``high_ratio`` for a prediction key: ``engine``'s own rows of
+    the model kind (``kind``: "moe" or "dense") where they have one for this metric, else the
+    kind's own, else ``engine``'s own, else the pooled one; None where no band is known. ``doc``: a bands document other than
     the shipped one (bench/bands.py judges the one it writes)."""
     return _whose_rows(_METRIC_OF.get(key, key), engine, kind, doc)[0]
 
