@@ -62,7 +62,7 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
             ("engine", "engine", ""),
             ("url", "server URL", "external engine: http://127.0.0.1:8000"),
             ("endpoint_name", "endpoint", "sagemaker engine: the endpoint name"),
-            ("engine_version", "engine version", "empty: the current release (a sweep asks its server); e.g. 0.10.1"),
+            ("engine_version", "version", "empty: the current release (a sweep asks its server); e.g. 0.10.1"),
             ("server_args", "server args", "tensor_parallel_size=[1,2,4];max_num_seqs=[32,64,128]"),
             ("client_args", "client args", "max_concurrency=[8,16,32,64]"),
         ),

@@ -18,6 +18,11 @@ def _num(v: float | None, fmt: str = "{:.1f}") -> str:
     return "–" if v is None else fmt.format(v)
 
 
+# The latencies are p99s (what SLOs are written against); say so, or an ITL p99 of a step
+# that carries prefill reads as the typical gap.
+HEADERS = ("config", "conc.", "TTFT p99", "ITL p99", "E2E p99", "req/s", "tok/s", "SLO")
+
+
 class PredictionTable(DataTable):
     DEFAULT_CSS = """
     PredictionTable { height: auto; max-height: 14; }
@@ -26,23 +31,31 @@ class PredictionTable(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        # The latencies are p99s (what SLOs are written against); say so, or an ITL p99 of a
-        # step that carries prefill reads as the typical gap.
-        self.add_columns("config", "conc.", "TTFT p99", "ITL p99", "E2E p99", "req/s", "tok/s", "SLO")
+        for h in HEADERS:
+            self.add_column(h, key=h)
 
     def show(self, rows: tuple[PredictionRow, ...]) -> None:
-        self.clear()
-        for i, r in enumerate(rows):
-            slo = Text("–") if r.meets_slo is None else Text("pass", "green") if r.meets_slo else Text("fail", "red")
-            conc = Text(f"{r.concurrency} ◆", style="bold") if r.is_knee else Text(str(r.concurrency))
-            self.add_row(
-                r.config,
-                conc,
-                _ms(r.ttft_ms),
-                _ms(r.itl_ms),
-                _ms(r.e2e_ms),
-                _num(r.request_throughput, "{:.2f}"),
-                _num(r.output_throughput, "{:.0f}"),
-                slo,
-                key=str(i),
-            )
+        cells = [_cells(r) for r in rows]
+        # Each column at its widest cell, set with the columns: a DataTable that sizes them
+        # itself does so on its next idle, and a frame drawn before that showed the header
+        # at the old widths over the new rows (a flaky snapshot, 1 capture in about 8).
+        self.clear(columns=True)
+        for j, h in enumerate(HEADERS):
+            self.add_column(h, width=max([len(h)] + [c[j].cell_len for c in cells]), key=h)
+        for i, c in enumerate(cells):
+            self.add_row(*c, key=str(i))
+
+
+def _cells(r: PredictionRow) -> tuple[Text, ...]:
+    slo = Text("–") if r.meets_slo is None else Text("pass", "green") if r.meets_slo else Text("fail", "red")
+    conc = Text(f"{r.concurrency} ◆", style="bold") if r.is_knee else Text(str(r.concurrency))
+    return (
+        Text(r.config),
+        conc,
+        Text(_ms(r.ttft_ms)),
+        Text(_ms(r.itl_ms)),
+        Text(_ms(r.e2e_ms)),
+        Text(_num(r.request_throughput, "{:.2f}")),
+        Text(_num(r.output_throughput, "{:.0f}")),
+        slo,
+    )
