@@ -302,6 +302,14 @@ def _closed_loopback_port() -> int:
         return s.getsockname()[1]
 
 
+def _no_proxy_nor_offline(monkeypatch) -> None:
+    """The hub asked directly (a proxy variable in the environment would skip the check)."""
+    from core.catalog.models import _PROXY_VARS
+
+    for v in (*_PROXY_VARS, "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+
+
 def test_unknown_model_with_the_hub_unreachable_says_so_without_asking_it(monkeypatch):
     """Not bundled, not local, not cached and the hub's host refuses: one line that names the
     unreachable hub, raised before transformers starts its five retries (the hub is a
@@ -310,7 +318,7 @@ def test_unknown_model_with_the_hub_unreachable_says_so_without_asking_it(monkey
 
     port = _closed_loopback_port()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    _no_proxy_nor_offline(monkeypatch)
     with pytest.raises(BadInput) as e:
         load_config_dict("no-such-org/no-such-model-xyz")
     msg = str(e.value)
@@ -322,6 +330,18 @@ def test_a_hub_endpoint_with_a_bad_port_is_named(monkeypatch):
     from core.catalog.models import load_config_dict
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:notaport")
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    _no_proxy_nor_offline(monkeypatch)
     with pytest.raises(BadInput, match="HF_ENDPOINT 'http://127.0.0.1:notaport' has no valid port"):
         load_config_dict("no-such-org/no-such-model-xyz")
+
+
+def test_behind_a_proxy_the_hub_is_not_checked_directly(monkeypatch):
+    """With HTTPS_PROXY (or another proxy variable) set, the hub's host may refuse a direct
+    connection and answer through the proxy: knee does not call it unreachable itself."""
+    from core.catalog.models import _hub_unreachable
+
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_loopback_port()}")
+    _no_proxy_nor_offline(monkeypatch)
+    assert "is unreachable" in (_hub_unreachable() or "")
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:3128")
+    assert _hub_unreachable() is None

@@ -140,6 +140,8 @@ def _read_local(path: Path) -> dict[str, Any]:
 
 # How long to wait for the hub's host to answer before calling it unreachable.
 _HUB_CONNECT_S = 3.0
+# A client that goes through a proxy never connects to the hub's host itself.
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 def _hub_unreachable() -> str | None:
@@ -147,7 +149,11 @@ def _hub_unreachable() -> str | None:
     reached, or None when a connection to it opens. One connection, before transformers
     asks: without network its client retries each request five times with backoff, which
     measured 24.5 s and ten lines of retry warnings before a one-line "unknown model" on a
-    box with no DNS, against well under a second with this check."""
+    box with no DNS, against well under a second with this check. Behind a proxy (one of
+    ``_PROXY_VARS`` set) the hub's host may be unreachable directly and fine through it:
+    no check, the client's own answer stands."""
+    if any(os.environ.get(v) for v in _PROXY_VARS):
+        return None
     url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host = url.hostname or "huggingface.co"
     try:
