@@ -31,6 +31,14 @@ def _kind_rows(kind, sources, per_source, ratio, prefix="", spread=0.1):
     ]
 
 
+def _with_table(monkeypatch, **parts) -> dict:
+    """The shipped bands document with ``parts`` replaced, as core.estimate.bands reads it
+    for the rest of the test; the shipped one returned."""
+    shipped = bands.table()
+    monkeypatch.setattr(bands, "table", lambda: {**shipped, **parts})
+    return shipped
+
+
 def test_estimate_json_carries_low_and_high_for_every_prediction(capsys):
     assert main(["estimate", "--model", "Qwen/Qwen3-4B", "--instance", "ml.g6.12xlarge", "--concurrency", "1,16", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -271,18 +279,10 @@ def test_a_model_kind_takes_its_own_band_before_its_engines(monkeypatch):
     """A MoE model's predictions take MoE models' own band where one held on held-out
     sources (by_kind), before the engine's own and the pooled one; a dense model, or a
     metric the kind has no band for, goes on as before."""
-    shipped = bands.table()
     moe = {"low_ratio": 0.2, "high_ratio": 1.1, "rows": 120, "sources": 9, "held_out_coverage": 0.91}
     vllm_ttft = {"low_ratio": 0.45, "high_ratio": 3.96, "rows": 223, "sources": 15, "held_out_coverage": 0.928}
-    monkeypatch.setattr(
-        bands,
-        "table",
-        lambda: {
-            **shipped,
-            "by_engine": {"vllm": {"ttft_ms": vllm_ttft}},
-            "by_kind": {"moe": {"req_per_s": moe, "ttft_ms": moe}},
-            "by_engine_kind": {},
-        },
+    shipped = _with_table(
+        monkeypatch, by_engine={"vllm": {"ttft_ms": vllm_ttft}}, by_kind={"moe": {"req_per_s": moe, "ttft_ms": moe}}, by_engine_kind={}
     )
     pooled = shipped["bands"]["req_per_s"]
     assert bands.band("req_per_s", 2.0, "vllm", "moe") == {"low": 2.0 * moe["low_ratio"], "high": 2.0 * moe["high_ratio"]}
@@ -301,18 +301,13 @@ def test_an_engines_rows_of_one_kind_take_their_own_band_first(monkeypatch):
     band before the dense kind's (which pools other engines' dense runs) and vLLM's own; any
     other engine, a MoE model, or a metric they have no band for, goes on as before; the
     sizing sentence names whose rows the edge came from."""
-    shipped = bands.table()
     vllm_dense = {"low_ratio": 0.75, "high_ratio": 1.15, "rows": 154, "sources": 13, "held_out_coverage": 0.916}
     dense = {"low_ratio": 0.42, "high_ratio": 1.19, "rows": 300, "sources": 20, "held_out_coverage": 0.91}
-    monkeypatch.setattr(
-        bands,
-        "table",
-        lambda: {
-            **shipped,
-            "by_engine": {},
-            "by_kind": {"dense": {"output_tok_per_s": dense, "req_per_s": dense}},
-            "by_engine_kind": {"vllm|dense": {"output_tok_per_s": vllm_dense}},
-        },
+    shipped = _with_table(
+        monkeypatch,
+        by_engine={},
+        by_kind={"dense": {"output_tok_per_s": dense, "req_per_s": dense}},
+        by_engine_kind={"vllm|dense": {"output_tok_per_s": vllm_dense}},
     )
     for engine in ("vllm", "vllm-async", "sim"):  # a vLLM profile and the simulator read vLLM's rows
         assert bands.ratios("output_tok_per_s", engine, "dense") == vllm_dense
