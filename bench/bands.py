@@ -340,6 +340,10 @@ def write_bands(
     doc["held_out_files_coverage"] = files_coverage(doc, unseen)
     kinds = sorted({k for r in unseen if (k := r.get("model_kind"))})
     doc["held_out_files_coverage_by_kind"] = {k: c for k in kinds if (c := files_coverage(doc, [r for r in unseen if r.get("model_kind") == k]))}
+    # The same check for each engine x kind with a band of its own: the runs that band is shown for.
+    doc["held_out_files_coverage_by_engine_kind"] = {
+        g: c for g in sorted(by_engine_kind) if (c := files_coverage(doc, [r for r in unseen if _engine_kind_group(r) == g]))
+    }
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 

@@ -323,14 +323,23 @@ def test_an_engines_rows_of_one_kind_take_their_own_band_first(monkeypatch):
 def test_an_engines_rows_of_one_kind_get_a_band_where_their_sources_agree(tmp_path):
     """bench.bands: vLLM's dense rows, whose sources agree with each other (1.0x) while
     another engine's dense rows sit at 0.4x, get a band of their own (by_engine_kind
-    "vllm|dense", its edge held for each held-out vLLM dense source); the dense kind's band,
-    pooling both engines, has a far lower low edge."""
+    "vllm|dense", its edge held for each held-out vLLM dense source), judged on the held-out
+    files' runs of that engine and kind; the pooled band, over both engines, has a far lower
+    low edge."""
     from bench.bands import MIN_ROWS, MIN_SOURCES, write_bands
 
     per = MIN_ROWS // MIN_SOURCES + 2
     vllm = _kind_rows("dense", MIN_SOURCES + 1, per, 1.0, "v")
     other = [{**r, "engine_name": "tgi"} for r in _kind_rows("dense", MIN_SOURCES + 1, per, 0.4, "t")]
-    doc = write_bands(vllm + other, str(tmp_path / "b.json"), ["x.jsonl"])
+    # Held out: a vLLM dense source inside its own band, one at 0.6x below it, a TGI one.
+    unseen = _kind_rows("dense", 1, 4, 1.0, "hoa", 0.0) + _kind_rows("dense", 1, 2, 0.6, "hob", 0.0)
+    unseen += [{**r, "engine_name": "tgi"} for r in _kind_rows("dense", 1, 3, 0.4, "hoc", 0.0)]
+    doc = write_bands(vllm + other, str(tmp_path / "b.json"), ["x.jsonl"], "knee", unseen, ["h.json"])
+    # Each group with a band of its own (TGI's dense rows agree too, at 0.4x) is checked on its own held-out runs.
+    assert set(doc["held_out_files_coverage_by_engine_kind"]) == set(doc["by_engine_kind"]) == {"vllm|dense", "tgi|dense"}
+    assert doc["held_out_files_coverage_by_engine_kind"]["tgi|dense"]["req_per_s"]["held"] == 1.0
+    check = doc["held_out_files_coverage_by_engine_kind"]["vllm|dense"]["req_per_s"]
+    assert check["rows"] == 6 and check["sources"] == 2 and check["held"] == pytest.approx(round(4 / 6, 3))
     own = doc["by_engine_kind"]["vllm|dense"]["req_per_s"]
     assert own["held_out_coverage"] >= 0.9 and 0.95 < own["low_ratio"] < own["high_ratio"] < 1.06
     assert doc["engine_kind_checks"]["vllm|dense"]["req_per_s"]["own"] >= 0.9
@@ -409,25 +418,38 @@ def test_the_bands_are_judged_on_the_held_out_files_rows_under_the_band_knee_sho
 
 def test_the_shipped_bands_state_how_they_did_on_the_held_out_files(capsys):
     """bands.json carries the check on the four held-out files for every metric it has a band
-    for, pooled and per model kind; knee estimate prints the model's kind's beside its bands
-    (a dense model's, then a MoE model's) and carries it in --json."""
+    for, pooled, per model kind and per engine x kind with a band of its own; knee estimate
+    prints the most specific one beside its bands (a dense model's on vLLM, then a MoE
+    model's) and carries it in --json."""
     t = bands.table()
     cov = t["held_out_files_coverage"]
     assert set(cov) == set(t["bands"]) and t["track_record_held_out_files"] == ["heldout.json", "heldout2.json", "heldout3.json", "heldout4.json"]
     for c in [*cov.values(), *(c for k in t["held_out_files_coverage_by_kind"].values() for c in k.values())]:
         assert c["rows"] >= 40 and c["sources"] >= 3 and 0.0 <= c["inside"] <= c["held"] <= 1.0 and 0.0 <= c["held_per_source"] <= 1.0
-    for model, gpu, kind in (
-        ("Qwen/Qwen3-4B", ["--gpu", "H100-SXM"], "dense"),
-        ("deepseek-ai/DeepSeek-R1", ["--gpu", "H200", "--num-gpus", "8", "--tp", "8"], "moe"),
+    # A dense model on vLLM reads vLLM's dense runs' check (the runs its own band is shown
+    # for); a MoE model its kind's (vLLM's MoE runs have no band of their own).
+    vllm_dense = t["held_out_files_coverage_by_engine_kind"]["vllm|dense"]
+    assert set(t["held_out_files_coverage_by_engine_kind"]) == set(t["by_engine_kind"])
+    assert all(c["rows"] >= 30 and c["sources"] >= 3 for c in vllm_dense.values())
+    for model, gpu, kind, own, whose in (
+        ("Qwen/Qwen3-4B", ["--gpu", "H100-SXM"], "dense", vllm_dense, "vllm runs of dense models"),
+        (
+            "deepseek-ai/DeepSeek-R1",
+            ["--gpu", "H200", "--num-gpus", "8", "--tp", "8"],
+            "moe",
+            t["held_out_files_coverage_by_kind"]["moe"],
+            "MoE models' runs",
+        ),
     ):
-        own = t["held_out_files_coverage_by_kind"][kind]
-        assert bands.unseen_check(kind) == own and own != cov
+        assert bands.unseen_check(kind, "vllm") == own and own != cov
         assert main(["estimate", "--model", model, *gpu, "--concurrency", "8"]) == 0
         out = capsys.readouterr().out
         ttft, itl = f"{own['ttft_ms']['held']:.0%}", f"{own['itl_ms']['held']:.0%}"
-        assert f"On {bands.kind_label(kind)} models' runs from " in out and f"the pessimistic edge held for: TTFT {ttft}, ITL {itl}, " in out
+        assert f"On {whose} from " in out and f"the pessimistic edge held for: TTFT {ttft}, ITL {itl}, " in out
         assert main(["estimate", "--model", model, *gpu, "--concurrency", "8", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["bands_on_unseen_runs"] == own
+    assert bands.unseen_check("dense") == t["held_out_files_coverage_by_kind"]["dense"]  # no engine: the kind's
+    assert bands.unseen_check("dense", "sglang") == t["held_out_files_coverage_by_kind"]["dense"]
     assert bands.unseen_check(None) == cov and bands.unseen_check("no-such-kind") == cov
 
 

@@ -199,29 +199,37 @@ def source(engine: str | None = None, key: str | None = None, kind: str | None =
     return f"measured/predicted, 10th-90th percentile with the pessimistic edge where it held for 90% of held-out sources, {rows}, {t.get('predictions', '?')} ({', '.join(t.get('files', []))}, {t.get('date', '?')})"
 
 
-def _unseen(kind: str | None) -> tuple[dict[str, dict], bool]:
-    """(the held-out files' check of the shipped bands, whether it is ``kind``'s own runs')."""
+def _unseen(kind: str | None, engine: str | None = None) -> tuple[dict[str, dict], str | None]:
+    """(the held-out files' check of the shipped bands, whose runs it is: "vllm runs of dense
+    models", "dense models' runs", or None for all runs), the most specific kept first, as
+    the bands themselves are looked up (:func:`_whose_rows`)."""
     t = table()
+    if engine and kind:
+        own = (t.get("held_out_files_coverage_by_engine_kind") or {}).get(f"{engine_key(engine)}|{kind}")
+        if own:
+            return dict(own), f"{engine_key(engine)} runs of {kind_label(kind)} models"
     own = (t.get("held_out_files_coverage_by_kind") or {}).get(kind or "")
-    return (dict(own), True) if own else (dict(t.get("held_out_files_coverage") or {}), False)
+    if own:
+        return dict(own), f"{kind_label(kind)} models' runs"
+    return dict(t.get("held_out_files_coverage") or {}), None
 
 
-def unseen_check(kind: str | None = None) -> dict[str, dict]:
+def unseen_check(kind: str | None = None, engine: str | None = None) -> dict[str, dict]:
     """How the shipped bands did on runs of files no parameter was fitted on (the held-out
     files; bench/bands.py ``files_coverage``), per metric: ``held`` (share of runs whose
     pessimistic edge held), ``held_per_source``, ``inside`` (share inside both edges), ``rows``
-    and ``sources``; a model kind's own runs where ``kind`` is given and has them. {} where
-    the bands file has no such check."""
-    return _unseen(kind)[0]
+    and ``sources``; ``engine``'s runs of a model ``kind`` where they have their own band and
+    check, else the kind's own runs where it has them. {} where the bands file has no such
+    check."""
+    return _unseen(kind, engine)[0]
 
 
-def unseen_line(kind: str | None = None) -> str | None:
+def unseen_line(kind: str | None = None, engine: str | None = None) -> str | None:
     """One sentence of :func:`unseen_check` for a reader of the bands: where the pessimistic
     edge held for fewer unseen runs than the 90% it was set for, the reader should know."""
-    check, own = _unseen(kind)
+    check, whose = _unseen(kind, engine)
     if not check:
         return None
     cells = ", ".join(f"{METRIC_LABELS.get(m, m)} {c['held']:.0%}" for m, c in check.items())
     sources = max(c["sources"] for c in check.values())
-    whose = f"{kind_label(kind)} models' runs" if own else "runs"
-    return f"on {whose} from {sources} sources knee was never fitted on, the pessimistic edge held for: {cells} (set for 90%)"
+    return f"on {whose or 'runs'} from {sources} sources knee was never fitted on, the pessimistic edge held for: {cells} (set for 90%)"

@@ -114,7 +114,7 @@ class EstimateReport:
             "best": self.best.label if self.best else None,
             "suggestion": self.suggestion.as_dict() if self.suggestion else None,
             "track_record": self.track_record.as_dict() if self.track_record else None,
-            "bands_on_unseen_runs": unseen_check(self.configs[0].at_knee.kind if self.configs else None),
+            "bands_on_unseen_runs": unseen_check(*((self.configs[0].at_knee.kind, self.configs[0].at_knee.engine) if self.configs else ())),
             "notes": self.notes,
         }
 

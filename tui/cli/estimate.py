@@ -320,6 +320,6 @@ def _bands(r) -> list[str]:
         rows.append(cells)
     if not any(band(k, 1.0, engine, kind) for k in ("ttft_ms", "output_tok_per_s")):
         return []
-    unseen = unseen_line(kind)
+    unseen = unseen_line(kind, engine)
     table = _table(["config", "TTFT ms", "ITL ms", "E2E s", "req/s", "out tok/s"], rows, {1, 2, 3, 4, 5})
     return lines + table + ([f"  {unseen[0].upper()}{unseen[1:]}"] if unseen else [])
