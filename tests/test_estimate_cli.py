@@ -153,6 +153,7 @@ def test_model_that_fits_nowhere_reports_the_reason():
         (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--concurrency", "1,-8"], "--concurrency"),
         (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--num-gpus", "2", "--tp", "4"], "TP4 needs 4 GPUs"),
         (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--engine", "teapot"], "unknown engine"),
+        (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--engine-version", "banana"], "--engine-version must be a release number such as 0.10.1"),
         (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--kv-cache-dtype", "fp3"], "unknown KV-cache dtype"),
         (["--model", "Qwen/Qwen3-4B"], "no hardware given"),
         (["--model", "Qwen/Qwen3-4B", "--gpu", "L4", "--input-len", "100000"], "exceed"),

@@ -21,6 +21,7 @@ from core.estimate.predict import Prediction, Predictor
 from core.estimate.track_record import TrackRecord
 from core.estimate.track_record import lookup as track_record_of
 from core.estimate.suggest import Suggestion, batched_tokens_values, concurrency_values, render, seqs_values
+from core.spec.engine_defaults import checked_release
 from core.spec.hardware import Hardware
 from core.spec.model import ModelArch
 from core.estimate.requests import plan_workload
@@ -210,7 +211,10 @@ def estimate(
             hardware = resolve_hardware(gpu=plan.gpu, num_gpus=plan.num_gpus, instance=plan.instance, gpu_p2p=p2p)
     workload, log = plan_workload(plan, workload, input_len, output_len, range_ratio, dataset, ignore_eos, lengths_from)
     slo = constraints if isinstance(constraints, SLO) else parse_constraints(constraints if constraints is not None else plan.constraints)
-    engine_version = engine_version or plan.engine_version
+    try:  # the plan's field is checked when the plan is made; the flag the same way here
+        engine_version = checked_release(engine_version) or plan.engine_version
+    except ValueError as e:
+        raise BadInput(f"--engine-version {e}, got {engine_version!r}") from None
     eng = (engine or plan.engine or "vllm").lower()
     eng = "vllm" if eng in _AS_VLLM else eng
     engine_profile(eng, engine_version)  # unknown engine -> BadInput before any work
