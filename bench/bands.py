@@ -58,7 +58,7 @@ import numpy as np
 
 from bench.fit import source_of
 from bench.rows import METRICS, ape
-from core.estimate.bands import LATENCIES, engine_key, ratios
+from core.estimate.bands import LATENCIES, engine_key, engine_kind_key, ratios
 from core.estimate.params import canonical_engine
 
 MIN_ROWS = 50  # rows of one engine for a metric before it may have a band of its own
@@ -273,13 +273,21 @@ def own_bands(
 
 
 def _engine_group(r: dict) -> str | None:
-    return canonical_engine(r.get("engine_name")) if r.get("engine_name") else None
+    """A row's engine, keyed as core.estimate.bands looks an engine's band up (a vLLM
+    profile's rows under vllm)."""
+    return engine_key(r["engine_name"]) if r.get("engine_name") else None
 
 
 def _engine_kind_group(r: dict) -> str | None:
     """An engine's rows of one model kind ("vllm|dense"), keyed as core.estimate.bands looks
-    them up (a vLLM profile's rows under vllm)."""
-    return f"{engine_key(r['engine_name'])}|{r['model_kind']}" if r.get("engine_name") and r.get("model_kind") else None
+    them up."""
+    return engine_kind_key(r["engine_name"], r["model_kind"]) if r.get("engine_name") and r.get("model_kind") else None
+
+
+def _files_coverage_by(doc: dict, unseen: list[dict], group_of: Callable[[dict], str | None], groups) -> dict[str, dict]:
+    """:func:`files_coverage` of each group's held-out rows (those ``group_of`` puts in it),
+    for the groups that have any."""
+    return {g: c for g in sorted(groups) if (c := files_coverage(doc, [r for r in unseen if group_of(r) == g]))}
 
 
 def write_bands(
@@ -338,12 +346,10 @@ def write_bands(
         "track_record": track_record(results + unseen, key),
     }
     doc["held_out_files_coverage"] = files_coverage(doc, unseen)
-    kinds = sorted({k for r in unseen if (k := r.get("model_kind"))})
-    doc["held_out_files_coverage_by_kind"] = {k: c for k in kinds if (c := files_coverage(doc, [r for r in unseen if r.get("model_kind") == k]))}
+    kinds = {k for r in unseen if (k := r.get("model_kind"))}
+    doc["held_out_files_coverage_by_kind"] = _files_coverage_by(doc, unseen, lambda r: r.get("model_kind"), kinds)
     # The same check for each engine x kind with a band of its own: the runs that band is shown for.
-    doc["held_out_files_coverage_by_engine_kind"] = {
-        g: c for g in sorted(by_engine_kind) if (c := files_coverage(doc, [r for r in unseen if _engine_kind_group(r) == g]))
-    }
+    doc["held_out_files_coverage_by_engine_kind"] = _files_coverage_by(doc, unseen, _engine_kind_group, by_engine_kind)
     Path(out).write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 

@@ -69,6 +69,12 @@ def engine_key(engine: str | None) -> str:
     return "vllm" if name == "sim" or name.startswith("vllm-") else name
 
 
+def engine_kind_key(engine: str | None, kind: str) -> str:
+    """The key an engine's runs of one model kind are kept under ("vllm|dense"): by_engine_kind
+    and its held-out check, as bench/bands.py writes them and this module reads them."""
+    return f"{engine_key(engine)}|{kind}"
+
+
 KIND_LABELS = {"moe": "MoE", "dense": "dense"}
 POOLED_ROWS = "all engines' rows"  # whose rows the pooled band comes from
 
@@ -102,7 +108,7 @@ def _whose_rows(metric: str, engine: str | None, kind: str | None, doc: dict | N
     kind's, the kind's own, the engine's own, else the pooled one, from ``doc`` (a bands
     document; the shipped one by default)."""
     t = table() if doc is None else doc
-    if engine and kind and metric in (own := t.get("by_engine_kind", {}).get(f"{engine_key(engine)}|{kind}", {})):
+    if engine and kind and metric in (own := t.get("by_engine_kind", {}).get(engine_kind_key(engine, kind), {})):
         return own[metric], f"{engine_key(engine)} rows of {kind_label(kind)} models"
     if kind and metric in (own := t.get("by_kind", {}).get(kind, {})):
         return own[metric], f"{kind_label(kind)} models' rows"
@@ -205,7 +211,7 @@ def _unseen(kind: str | None, engine: str | None = None) -> tuple[dict[str, dict
     the bands themselves are looked up (:func:`_whose_rows`)."""
     t = table()
     if engine and kind:
-        own = (t.get("held_out_files_coverage_by_engine_kind") or {}).get(f"{engine_key(engine)}|{kind}")
+        own = (t.get("held_out_files_coverage_by_engine_kind") or {}).get(engine_kind_key(engine, kind))
         if own:
             return dict(own), f"{engine_key(engine)} runs of {kind_label(kind)} models"
     own = (t.get("held_out_files_coverage_by_kind") or {}).get(kind or "")

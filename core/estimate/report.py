@@ -115,7 +115,7 @@ class EstimateReport:
             "best": self.best.label if self.best else None,
             "suggestion": self.suggestion.as_dict() if self.suggestion else None,
             "track_record": self.track_record.as_dict() if self.track_record else None,
-            "bands_on_unseen_runs": unseen_check(*((self.configs[0].at_knee.kind, self.configs[0].at_knee.engine) if self.configs else ())),
+            "bands_on_unseen_runs": unseen_check(self.best.at_knee.kind, self.best.at_knee.engine) if self.best else unseen_check(),
             "notes": self.notes,
         }
 
