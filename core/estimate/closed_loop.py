@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from core.estimate.costmodel import CostModel
-from core.estimate.drain import last_answer
+from core.estimate.drain import decode_spans, last_answer
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
 from core.estimate.stats import is_fixed
@@ -71,6 +71,7 @@ def closed_loop(
     # A finite benchmark run (num_prompts given) starts with its first C requests at
     # once: their prompts prefill back to back (production traffic has no such start).
     first_wave = (0.0, 0.0)
+    run_decode = None
     if num_prompts:
         w = min(c, cap)
         first_wave = (min(1.0, w / max(num_prompts / cfg.dp, 1.0)), prefill_storm(shape, cm, w, budget, cached))
@@ -79,7 +80,11 @@ def closed_loop(
             # The clients send their last requests (n_run - C) / X in; the run lasts until
             # the longest of those still decoding has answered, as the batch thins.
             before = ovh + st.align(n - 1, ms, cm.steps_ahead) + wait + st.prefill
-            end = last_answer(shape, cm, st, (n_run - c) / x, n_run, before, cm.output_token_overhead_s)
+            span = (n_run - c) / x
+            end = last_answer(shape, cm, st, span, n_run, before, cm.output_token_overhead_s)
+            # The same thinning batch decodes the run's long answers faster than the steady
+            # state does: the E2E tail of a run a few times the concurrency long.
+            run_decode = decode_spans(shape, cm, st, span, c / n_run, before, cm.output_token_overhead_s)
             x = min(x, n_run / end)
     return finish(
         shape,
@@ -98,4 +103,6 @@ def closed_loop(
         cap,
         resumed=resumed,
         first_wave=first_wave,
+        run_decode=run_decode,
+        run_requests=num_prompts,
     )

@@ -24,7 +24,18 @@ from typing import TYPE_CHECKING
 from core.estimate.costmodel import Batch, CostModel
 from core.estimate.drain import last_answer
 from core.estimate.prediction import Prediction, make_prediction
-from core.estimate.stats import QUANTILES, Z, QueueWait, is_fixed, poisson_quantile, quantile_len, stats_of, weighted_quantiles
+from core.estimate.stats import (
+    QUANTILES,
+    QueueWait,
+    is_fixed,
+    poisson_quantile,
+    quantile_len,
+    run_level,
+    standard_normal_quantile,
+    stats_of,
+    weighted_quantile,
+    weighted_quantiles,
+)
 from core.estimate.steady import Shape, State, dec_gap, mixed_step_seconds, multi_step, steady_gaps
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
@@ -55,6 +66,8 @@ def finish(
     burst_wait: BurstWait | None = None,
     prefill_wait: QueueWait = QueueWait(),
     decode: State | None = None,
+    run_decode: list[tuple[float, float]] | None = None,
+    run_requests: float | None = None,
 ) -> Prediction:
     """Means and approximate percentiles from a replica's steady state. ``first_wave``:
     (the share of a finite closed-loop run's requests sent together at its start, the
@@ -66,7 +79,11 @@ def finish(
     for the prompts ahead of it in the prefill budget (:func:`core.estimate.open_loop.prefill_queue`).
     ``decode``: the state whose steps the tokens decode in, where it is not ``st`` (a finite
     open-loop run's thinner batch, :func:`core.estimate.fluid.decode_state`); its batch is
-    the running batch reported."""
+    the running batch reported. ``run_decode``: a finite closed run's decode seconds per
+    request (sorted (seconds, weight) pairs, :func:`core.estimate.drain.decode_spans`),
+    whose spread replaces the output lengths' at the steady pace in the E2E percentiles.
+    ``run_requests``: a finite run's measured requests, whose percentiles a benchmark
+    reports (:func:`core.estimate.stats.run_level`); None: the steady state's."""
     I, O = shape.input_len, shape.output_len
     ovh = cm.first_token_overhead_s
     chunked = shape.chunked
@@ -121,7 +138,11 @@ def finish(
         rho = min(st.n / max(cap, 1e-9), 0.999)
         p_wait = min(1.0, rho ** (math.sqrt(2 * (cap + 1)) - 1))
     ttft_q, tpot_q, e2e_q = {}, {}, {}
-    for name, q in QUANTILES.items():
+    if run_decode:
+        run_total = sum(w for _, w in run_decode) or 1.0
+        run_mean = sum(d * w for d, w in run_decode) / run_total
+    for name, level in QUANTILES.items():
+        q = run_level(level, run_requests)
         if wait_kind == "exponential":
             w = (wait / p_wait) * math.log(p_wait / (1 - q)) if p_wait > 0 and q > 1 - p_wait else 0.0
         elif burst_wait is not None:
@@ -154,12 +175,13 @@ def finish(
         elif dec > 0:
             # Mixed steps among one request's decode steps: binomial(O−1, frac_mixed).
             f = dec_st.frac_mixed
-            f_q = min(1.0, max(0.0, f + Z[q] * math.sqrt(max(f * (1 - f), 0.0) / dec)))
+            f_q = min(1.0, max(0.0, f + standard_normal_quantile(q) * math.sqrt(max(f * (1 - f), 0.0) / dec)))
             tp = max(dec_st.tpot + (f_q - f) * dec_gap(dec_st, chunked, dec), 0.0) + tok + resumed / dec
         else:
             tp = 0.0
         tpot_q[name] = tp
-        devs = (t - ttft_mean, dec * (tp - tpot_mean), (quantile_len(shape.output, q) - O) * tpot_mean)
+        length_dev = weighted_quantile(run_decode, run_total, q) - run_mean if run_decode else (quantile_len(shape.output, q) - O) * tpot_mean
+        devs = (t - ttft_mean, dec * (tp - tpot_mean), length_dev)
         mag = math.sqrt(sum(d * d for d in devs))
         e2e_q[name] = max(e2e_mean + math.copysign(mag, sum(devs)), t)
     itl_q = gap_q

@@ -142,6 +142,7 @@ def below_saturation(
         first_wave=(1.0, backlog),
         prefill_wait=queued,
         decode=decode,
+        run_requests=n_run * cfg.dp if n_run else None,
     )
 
 

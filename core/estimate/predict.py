@@ -64,7 +64,7 @@ from core.estimate.memory import MemoryPlan, plan_memory
 from core.estimate.open_loop import below_saturation, never_queues
 from core.estimate.prediction import Prediction
 from core.estimate.stats import QUANTILES, Stats, cv2_len, mean_len
-from core.estimate.steady import Shape, steady_state
+from core.estimate.steady import Shape, length_bias, steady_state
 from core.estimate.waves import BurstWait, burst, prefill_storm, synchronized, wave
 from core.spec.engine_defaults import batch_defaults_for
 from core.spec.hardware import GPU
@@ -214,16 +214,20 @@ class Predictor:
         prompt fits; TensorRT-LLM reserves its whole length first and SGLang a share of it."""
         return cap_reason == "kv_cache" and bool(self.profile.get("evicts_when_full", 0))
 
-    def running_cap(self, cfg: ServerConfig) -> tuple[float, str]:
-        """The most sequences one replica runs at once, and what sets it."""
+    def running_cap(self, cfg: ServerConfig, staggered: bool = True) -> tuple[float, str]:
+        """The most sequences one replica runs at once, and what sets it. ``staggered``: they
+        were admitted at random points of each other's lives (closed and open loops), so
+        long answers hold more of the KV cache (:func:`length_bias`); False for a burst's
+        first wave, admitted together with nothing decoded yet."""
         budget, seqs, _ = self._knobs(cfg)
         mem = self.memory(cfg)
         caps = [(float(seqs), "max_num_seqs")]
         if mem.fits:
-            # Staggered lifetimes: a running sequence holds I + O/2 tokens on average. The
+            # Staggered lifetimes: a running sequence holds I + O/2 tokens on average, more
+            # when the answers' lengths vary (long ones run longer: length_bias). The
             # cached prefix's blocks are held once, shared by every sequence.
             c = self.cached_tokens(cfg)
-            per_seq = self.input_len - c + self.output_len / 2 + 8
+            per_seq = self.input_len - c + self.output_len / 2 + (length_bias(self.shape) if staggered else 0.0) + 8
             caps.append((max(1.0, (mem.kv_tokens - c) / per_seq), "kv_cache"))
         if self.chunked(cfg):
             caps.append((float(max(1, budget - 1)), "token_budget"))
@@ -347,7 +351,7 @@ class Predictor:
         mem = self.memory(cfg)
         if not mem.fits:
             raise BadInput(f"TP{cfg.tp} does not fit: {mem.reason}")
-        cap, reason = self.running_cap(cfg)
+        cap, reason = self.running_cap(cfg, staggered=False)
         n = num_prompts or self.workload.num_prompts or DEFAULT_NUM_PROMPTS
         per_rep = n / cfg.dp
         run = min(per_rep, cap)

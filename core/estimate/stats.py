@@ -56,20 +56,40 @@ def stats_of(mean: float, quantiles: dict[str, float], scale: float = 1.0) -> St
     return Stats(mean * scale, quantiles["p50"] * scale, quantiles["p90"] * scale, quantiles["p95"] * scale, quantiles["p99"] * scale)
 
 
+def weighted_quantile(ordered: list[tuple[float, float]], total: float, q: float) -> float:
+    """The first value of ``ordered`` (sorted (value, weight) pairs) whose cumulative weight
+    reaches ``q`` of ``total``; the last value when rounding leaves it short, 0.0 when there
+    is none."""
+    acc = 0.0
+    for t, w in ordered:
+        acc += w
+        if acc >= q * total - 1e-12:
+            return t
+    return ordered[-1][0] if ordered else 0.0
+
+
 def weighted_quantiles(ordered: list[tuple[float, float]], total: float) -> dict[str, float]:
-    """Per :data:`QUANTILES` level, the first value of ``ordered`` (sorted (value, weight)
-    pairs) whose cumulative weight reaches that share of ``total``; the last value when
-    rounding leaves it short, 0.0 when there is none."""
-    out: dict[str, float] = {}
-    for name, q in QUANTILES.items():
-        acc, val = 0.0, ordered[-1][0] if ordered else 0.0
-        for t, w in ordered:
-            acc += w
-            if acc >= q * total - 1e-12:
-                val = t
-                break
-        out[name] = val
-    return out
+    """:func:`weighted_quantile` per :data:`QUANTILES` level."""
+    return {name: weighted_quantile(ordered, total, q) for name, q in QUANTILES.items()}
+
+
+def run_level(q: float, requests: float | None) -> float:
+    """The level of the population quantile that a run of ``requests`` requests reports, on
+    average, as its ``q`` percentile. A benchmark takes the percentile of the requests it
+    ran (``np.percentile``'s linear interpolation, as ``vllm bench serve`` and knee's
+    client do): position q·(n − 1) among the n sorted, and the k-th smallest of n sits at
+    k / (n + 1) of the distribution on average. So a p99 of 200 requests reads the 98.5th
+    population percentile, of 24 requests the 95th; the median stays the median. None (the
+    steady state production traffic sees): ``q`` itself."""
+    if not requests or requests <= 1:
+        return q
+    return (q * (requests - 1.0) + 1.0) / (requests + 1.0)
+
+
+def standard_normal_quantile(q: float) -> float:
+    """The standard normal's ``q`` quantile (:data:`Z` at the usual levels)."""
+    z = Z.get(q)
+    return z if z is not None else _STANDARD_NORMAL.inv_cdf(min(max(q, 1e-9), 1 - 1e-9))
 
 
 def quantile_len(dist: LengthDist, q: float) -> float:
