@@ -14,6 +14,7 @@ from typing import Any
 from core.errors import BadInput
 from core.estimate.bands import kind_of, unseen_check
 from core.estimate.costmodel import STREAMING
+from core.estimate.fit_advice import NOTHING_FITS, fit_advice, valid_tp
 from core.estimate.params import engine_profile
 from core.estimate.limits import Limits, compute_limits
 from core.estimate.memory import MemoryPlan
@@ -125,15 +126,6 @@ def _unversioned(engine: str) -> str:
     return " (the current release, which schedules a step ahead; --engine-version for an older one)" if engine in ("vllm", "sim") else ""
 
 
-def valid_tp(arch: ModelArch, tp: int) -> str | None:
-    """Why vLLM would refuse this TP degree for the model, or None."""
-    if arch.num_heads % tp:
-        return f"{arch.num_heads} attention heads do not split over TP{tp}"
-    if arch.num_kv_heads % tp and tp % arch.num_kv_heads:
-        return f"{arch.num_kv_heads} KV heads do not split over TP{tp}"
-    return None
-
-
 def _tp_candidates(arch: ModelArch, num_gpus: int) -> list[int]:
     out, t = [], 1
     while t <= num_gpus:
@@ -230,16 +222,14 @@ def estimate(
             f"requests of up to {need} tokens exceed {arch.name}'s context of {arch.max_position_embeddings} tokens",
             "shorten --input-len/--output-len",
         )
-    p = Predictor(
-        arch,
-        hardware.gpu,
-        workload,
-        kv_dtype=kv_dtype,
-        engine=eng,
-        engine_version=engine_version,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-    )
+    predictor_args: dict[str, Any] = {
+        "kv_dtype": kv_dtype,
+        "engine": eng,
+        "engine_version": engine_version,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": max_model_len,
+    }
+    p = Predictor(arch, hardware.gpu, workload, **predictor_args)
     n = hardware.num_gpus
     if tp is None:
         tps = _tp_candidates(arch, n)
@@ -291,8 +281,14 @@ def estimate(
     if not hardware.gpu.p2p and hardware.num_gpus > 1:
         where = "a host path the instance's GPUs share (2/TP of it each)" if hardware.gpu.host_link_shared else "each GPU's own PCIe slot"
         notes.append(f"no GPU peer-to-peer: tensor-parallel all-reduces go through host memory, over {where}")
-    if not configs:
-        notes.append("no TP degree fits on this hardware: " + "; ".join(f"TP{m.tp}: {m.reason}" for m in memory))
+    if not configs and memory:
+
+        def plan_for(a: ModelArch, t: int) -> MemoryPlan:
+            q = p if a is arch else Predictor(a, hardware.gpu, workload, **predictor_args)
+            return q.memory(q.config(t, 1, **knobs))
+
+        advice = fit_advice(arch, hardware.gpu.name, memory, plan_for)
+        notes.append(NOTHING_FITS + advice.line(arch.name, hardware.gpu.name, n))
     suggestion = None
     if configs:
         suggestion = _suggest(

@@ -239,7 +239,8 @@ def recommend(req: RecommendRequest) -> Recommendation:
                 kv_cache_dtype=kv,
             )
             if not rep.configs:
-                reasons.append("does not fit: " + "; ".join(f"TP{m.tp}: {m.reason}" for m in rep.memory))
+                # The largest TP degree is the nearest miss; the smaller ones miss by more.
+                reasons.append("does not fit: " + (max(rep.memory, key=lambda m: m.tp).reason or "no memory plan"))
                 continue
             for ce in rep.configs:
                 if not ce.limits.slo_feasible:

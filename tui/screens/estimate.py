@@ -99,9 +99,10 @@ class EstimateScreen(KneeScreen):
         limits.append(
             f"prefill is {bound.get('prefill', '?')}-bound, decode is {bound.get('decode', '?')}-bound (ridge {v.roofline.ridge:.0f} FLOP/byte)"
         )
-        for r in v.memory:
-            if not r.plan.fits and r.plan.reason:
-                limits.append(f"[$text-error]TP{r.tp}: {r.plan.reason}[/]")
+        if any(r.plan.fits for r in v.memory):  # else the limits carry what would fit
+            for r in v.memory:
+                if not r.plan.fits and r.plan.reason:
+                    limits.append(f"[$text-error]TP{r.tp}: {r.plan.reason}[/]")
         limits.extend(f"[dim]{n}[/dim]" for n in v.notes)
         self.query_one("#est-limits", Static).update("\n".join(limits))
         if v.suggested_server_args:
