@@ -181,7 +181,7 @@ def finish(
             tp = 0.0
         tpot_q[name] = tp
         length_dev = weighted_quantile(run_decode, run_total, q) - run_mean if run_decode else (quantile_len(shape.output, q) - O) * tpot_mean
-        devs = (t - ttft_mean, dec * (tp - tpot_mean), length_dev)
+        devs = (t - ttft_mean, length_dev) if run_decode else (t - ttft_mean, dec * (tp - tpot_mean), length_dev)
         mag = math.sqrt(sum(d * d for d in devs))
         e2e_q[name] = max(e2e_mean + math.copysign(mag, sum(devs)), t)
     itl_q = gap_q

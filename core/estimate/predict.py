@@ -399,4 +399,6 @@ class Predictor:
             gaps,
             tpots=tpots,
             burst_wait=queue,
+            run_decode=tpots.spans if tpots else None,
+            run_requests=n,
         )

@@ -15,6 +15,7 @@ staggered steady state of :mod:`core.estimate.steady`.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import NamedTuple
 
 from core.estimate.costmodel import Batch, CostModel
@@ -29,6 +30,9 @@ class BurstTPOT(NamedTuple):
 
     classes: list[tuple[float, float]]  # (TPOT seconds, share of requests) per output-length class
     decode_s: float  # mean seconds from a request's first token to its last
+    # (seconds from first token to last, share of requests), sorted: where the long answers
+    # decode in the drain, their E2E tail (latency.finish's run_decode); empty: not priced
+    spans: list[tuple[float, float]] = []
 
 
 class BurstWait(NamedTuple):
@@ -306,19 +310,40 @@ def _request_tpots(
     # The first ``run`` requests prefill in the storm and the last ``run`` decode through the
     # drain: the same share of the burst (one set when nothing queues).
     first = drained = min(1.0, run / n)
+    queue_s = max(n - run, 0.0) / st.throughput if st.throughput > 0 else 0.0
+
+    def through_drain(tokens: float) -> float:
+        """Seconds of the drain (from the queue's end) to decode ``tokens`` more."""
+        i = bisect_left(lengths, tokens)
+        if i >= len(lengths):
+            return drain_s[-1]
+        lo_len, lo_s = (lengths[i - 1], drain_s[i - 1]) if i > 0 else (0.0, 0.0)
+        hi_len, hi_s = lengths[i], drain_s[i]
+        return lo_s + (hi_s - lo_s) * ((tokens - lo_len) / (hi_len - lo_len) if hi_len > lo_len else 1.0)
+
     out: list[tuple[float, float]] = []
+    spans: list[tuple[float, float]] = []
     m = len(lengths)
     decode_s = 0.0
     for length, d in zip(lengths, drain_s):
         dec = max(length - 1.0, 0.0)
         decode_s += (first * stall + drained * d + (1.0 - drained) * st.tpot * dec) / m
+        spans.append((first * stall + d, drained / m))
+        if drained < 1.0:
+            # Admitted while others queue (at even points of the queue's time): the steady
+            # pace until the queue is empty, then on through the drain.
+            for i in range(8):
+                left = queue_s * (1.0 - (i + 0.5) / 8)
+                steady = st.tpot * dec
+                span = steady if steady <= left else left + through_drain(dec - left / st.tpot)
+                spans.append((first * stall + span, (1.0 - drained) / m / 8))
         if dec < 1.0:  # one-token outputs have no TPOT (benchmark clients leave them out)
             continue
         wait = first * stall / dec
         out.append((d / dec + wait, drained / m))
         if drained < 1.0:
             out.append((st.tpot + wait, (1.0 - drained) / m))
-    return BurstTPOT(out, decode_s)
+    return BurstTPOT(out, decode_s, sorted(spans))
 
 
 def prefill_storm(shape: Shape, cm: CostModel, prompts: float, budget: int, cached: float) -> float:
