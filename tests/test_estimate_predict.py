@@ -329,7 +329,10 @@ def test_a_finite_closed_loop_run_starts_with_its_first_wave_prefilling_back_to_
     """A benchmark of N prompts at concurrency C sends its first C requests at once: their
     prompts prefill back to back (the public walkthrough's TP4 run on 4x L4 at C=128 has a
     mean TTFT of 663 ms over a median of 190 ms). The share of the run they are, and so the
-    mean's lift, falls as the run grows; production traffic (no N given) has no such start."""
+    mean's lift, falls as the run grows; production traffic (no N given) has no such start.
+    Started together, those requests also end bunched (by their lengths), so the clients'
+    next requests go out late: a run 8 times the concurrency completes 3% fewer requests a
+    second than the steady state, one 80 times as long as many."""
     arch, gpu = load_model("Qwen/Qwen3-4B"), get_gpu("L4")
     p = Predictor(
         arch, gpu, Workload(input=LengthDist(kind="uniform", mean=300, range_ratio=0.5), output=LengthDist(kind="uniform", mean=200, range_ratio=0.5))
@@ -340,8 +343,8 @@ def test_a_finite_closed_loop_run_starts_with_its_first_wave_prefilling_back_to_
     assert short.ttft_ms.mean > long.ttft_ms.mean > steady.ttft_ms.mean
     # 128 prompts of ~300 tokens are five 8192-token steps: the first wave's last prompt waits
     # for all of them, and with 1000 prompts it is the slowest eighth of the run.
-    assert short.ttft_ms.p99 > 3 * steady.ttft_ms.p99 and short.ttft_ms.p50 == pytest.approx(steady.ttft_ms.p50, rel=1e-9)
-    assert short.req_per_s == steady.req_per_s
+    assert short.ttft_ms.p99 > 3 * steady.ttft_ms.p99 and short.ttft_ms.p50 == pytest.approx(steady.ttft_ms.p50, rel=0.01)
+    assert 0.95 * steady.req_per_s < short.req_per_s < 0.99 * steady.req_per_s and long.req_per_s == steady.req_per_s
     assert short.e2e_s.mean - steady.e2e_s.mean == pytest.approx((short.ttft_ms.mean - steady.ttft_ms.mean) / 1e3, rel=1e-6)
 
 

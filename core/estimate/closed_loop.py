@@ -15,7 +15,7 @@ from core.estimate.costmodel import CostModel
 from core.estimate.drain import decode_spans, last_answer
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
-from core.estimate.stats import is_fixed
+from core.estimate.stats import cv2_len, is_fixed
 from core.estimate.steady import Shape, multi_step, steady_state
 from core.estimate.waves import prefill_storm
 from core.spec.serving import ServerConfig
@@ -81,7 +81,12 @@ def closed_loop(
             # the longest of those still decoding has answered, as the batch thins.
             before = ovh + st.align(n - 1, ms, cm.steps_ahead) + wait + st.prefill
             span = (n_run - c) / x
-            end = last_answer(shape, cm, st, span, n_run, before, cm.output_token_overhead_s)
+            # The clients' first requests started together, so the next ones go out only as
+            # those end: renewal theory puts the i-th end of C slots started together at
+            # (i + C(1 - CV^2)/2) / X (as a burst's queue, Predictor.max_throughput), after
+            # their prompts' prefill, back to back (half of it on average).
+            late = w * (1.0 - min(cv2_len(shape.output), 1.0)) / (2.0 * x) + first_wave[1] / 2.0
+            end = late + last_answer(shape, cm, st, span, n_run, before, cm.output_token_overhead_s)
             # The same thinning batch decodes the run's long answers faster than the steady
             # state does: the E2E tail of a run a few times the concurrency long.
             run_decode = decode_spans(shape, cm, st, span, c / n_run, before, cm.output_token_overhead_s)
