@@ -98,9 +98,11 @@ def decode_spans(
     p99 E2E of ShareGPT-like lengths at 1.5x the concurrency was 0.58x what the steady pace
     gives (``bench/estimate_vs_sim.py``)."""
     lengths, through_drain = _drain(shape, cm, st, per_token_s)
+    # Eight send times (last_answer's sixteen would double the time; the sweep and the
+    # TUI predict many points).
     per_token = st.tpot + per_token_s
     later = max(1.0 - first_share, 0.0)
-    sends = [(0.0, first_share)] + [(span * (i + 0.5) / 16, later / 16) for i in range(16)]
+    sends = [(0.0, first_share)] + [(span * (i + 0.5) / 8, later / 8) for i in range(8)]
     w = 1.0 / len(lengths)
     out = [
         (_decode_seconds(max(o - 1.0, 0.0), a + before_decode, span, per_token, through_drain), w * share)

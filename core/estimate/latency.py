@@ -19,6 +19,8 @@ the run); TTFT and E2E are theirs and the throughput is successes over the run's
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from core.estimate.costmodel import Batch, CostModel
@@ -33,7 +35,6 @@ from core.estimate.stats import (
     run_level,
     standard_normal_quantile,
     stats_of,
-    weighted_quantile,
     weighted_quantiles,
 )
 from core.estimate.steady import Shape, State, dec_gap, mixed_step_seconds, multi_step, steady_gaps
@@ -139,7 +140,8 @@ def finish(
         p_wait = min(1.0, rho ** (math.sqrt(2 * (cap + 1)) - 1))
     ttft_q, tpot_q, e2e_q = {}, {}, {}
     if run_decode:
-        run_total = sum(w for _, w in run_decode) or 1.0
+        run_cum = list(accumulate(w for _, w in run_decode))
+        run_total = run_cum[-1] or 1.0
         run_mean = sum(d * w for d, w in run_decode) / run_total
     for name, level in QUANTILES.items():
         q = run_level(level, run_requests)
@@ -180,7 +182,10 @@ def finish(
         else:
             tp = 0.0
         tpot_q[name] = tp
-        length_dev = weighted_quantile(run_decode, run_total, q) - run_mean if run_decode else (quantile_len(shape.output, q) - O) * tpot_mean
+        if run_decode:  # the first span whose cumulative weight reaches q (weighted_quantile, by bisection)
+            length_dev = run_decode[min(bisect_left(run_cum, q * run_total - 1e-12), len(run_decode) - 1)][0] - run_mean
+        else:
+            length_dev = (quantile_len(shape.output, q) - O) * tpot_mean
         devs = (t - ttft_mean, length_dev) if run_decode else (t - ttft_mean, dec * (tp - tpot_mean), length_dev)
         mag = math.sqrt(sum(d * d for d in devs))
         e2e_q[name] = max(e2e_mean + math.copysign(mag, sum(devs)), t)
