@@ -476,7 +476,9 @@ async def test_a_model_that_does_not_fit_is_explained_on_the_estimate():
         await settle(pilot)
         limits = str(app.screen.query_one("#est-limits").render())
         assert "no configuration fits" in limits
-        assert "use more GPUs" in limits  # the memory plan's reason for TP1
+        # The nearest miss and what would fit (core.estimate.fit_advice), not each degree's shortfall.
+        assert "141.1 GB per GPU even at TP1" in limits and "it fits on 8x L4" in limits and "ml.g6.48xlarge" in limits
+        assert "TP1: weights need" not in limits
 
 
 LONG_PLAN = {  # enough simulated work to still be running when a key is pressed
