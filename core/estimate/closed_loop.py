@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from core.estimate.costmodel import CostModel
-from core.estimate.drain import decode_spans, last_answer
+from core.estimate.drain import decode_spans, drain_profile, last_answer
 from core.estimate.latency import finish
 from core.estimate.prediction import Prediction
 from core.estimate.stats import cv2_len, is_fixed
@@ -86,10 +86,12 @@ def closed_loop(
             # (i + C(1 - CV^2)/2) / X (as a burst's queue, Predictor.max_throughput), after
             # their prompts' prefill, back to back (half of it on average).
             late = w * (1.0 - min(cv2_len(shape.output), 1.0)) / (2.0 * x) + first_wave[1] / 2.0
-            end = late + last_answer(shape, cm, st, span, n_run, before, cm.output_token_overhead_s)
+            tok = cm.output_token_overhead_s
+            profile = drain_profile(shape, cm, st, tok)  # one drain for the run's end and its tail
+            end = late + last_answer(shape, cm, st, span, n_run, before, tok, profile)
             # The same thinning batch decodes the run's long answers faster than the steady
             # state does: the E2E tail of a run a few times the concurrency long.
-            run_decode = decode_spans(shape, cm, st, span, c / n_run, before, cm.output_token_overhead_s)
+            run_decode = decode_spans(shape, cm, st, span, c / n_run, before, tok, profile)
             x = min(x, n_run / end)
     return finish(
         shape,

@@ -17,7 +17,10 @@ from core.estimate.stats import length_classes
 from core.estimate.steady import Shape, State
 
 
-def _drain(shape: Shape, cm: CostModel, st: State, per_token_s: float) -> tuple[list[float], Callable[[float], float]]:
+Drain = tuple[list[float], Callable[[float], float]]
+
+
+def drain_profile(shape: Shape, cm: CostModel, st: State, per_token_s: float) -> Drain:
     """The output length classes (sorted), and the seconds to decode a number of tokens from
     the moment no new request comes: the steady batch times the share of its requests
     (length-biased, as those in flight are) with more than that many tokens left."""
@@ -61,7 +64,9 @@ def _decode_seconds(o: float, start: float, span: float, per_token: float, throu
     return span - start + through_drain(o - done_by_span)
 
 
-def last_answer(shape: Shape, cm: CostModel, st: State, span: float, n_run: float, before_decode: float, per_token_s: float) -> float:
+def last_answer(
+    shape: Shape, cm: CostModel, st: State, span: float, n_run: float, before_decode: float, per_token_s: float, profile: Drain | None = None
+) -> float:
     """Expected seconds from a finite run's first request to its last answer, when output
     lengths vary: the latest of ``n_run`` requests' ends, each sent at random within
     ``span`` and decoding its own length, not the mean request's end after the last
@@ -70,8 +75,9 @@ def last_answer(shape: Shape, cm: CostModel, st: State, span: float, n_run: floa
     lengths at a high rate that drain, not the arrivals, sets the run's length.
 
     ``before_decode``: a request's seconds from arrival to its first token; ``per_token_s``:
-    the client's cost of streaming each token."""
-    lengths, through_drain = _drain(shape, cm, st, per_token_s)
+    the client's cost of streaming each token; ``profile``: :func:`drain_profile` of the
+    same arguments, where the caller has it already."""
+    lengths, through_drain = profile or drain_profile(shape, cm, st, per_token_s)
     per_token = st.tpot + per_token_s
     arrivals = [span * (i + 0.5) / 16 for i in range(16)]
     ends = [a + before_decode + _decode_seconds(o, a + before_decode, span, per_token, through_drain) for o in lengths for a in arrivals]
@@ -88,7 +94,7 @@ def last_answer(shape: Shape, cm: CostModel, st: State, span: float, n_run: floa
 
 
 def decode_spans(
-    shape: Shape, cm: CostModel, st: State, span: float, first_share: float, before_decode: float, per_token_s: float
+    shape: Shape, cm: CostModel, st: State, span: float, first_share: float, before_decode: float, per_token_s: float, profile: Drain | None = None
 ) -> list[tuple[float, float]]:
     """(seconds from a request's first token to its last, weight) over a finite closed run's
     requests, sorted: ``first_share`` of them sent at its start, the rest spread over the
@@ -96,8 +102,8 @@ def decode_spans(
     pace while requests still come, and through the thinning batch after. In a run only a
     few times the concurrency long, most long answers end in that drain: the simulator's
     p99 E2E of ShareGPT-like lengths at 1.5x the concurrency was 0.58x what the steady pace
-    gives (``bench/estimate_vs_sim.py``)."""
-    lengths, through_drain = _drain(shape, cm, st, per_token_s)
+    gives (``bench/estimate_vs_sim.py``). ``profile``: as :func:`last_answer`'s."""
+    lengths, through_drain = profile or drain_profile(shape, cm, st, per_token_s)
     # Eight send times (last_answer's sixteen would double the time; the sweep and the
     # TUI predict many points).
     per_token = st.tpot + per_token_s

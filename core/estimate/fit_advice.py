@@ -14,7 +14,6 @@ from core.estimate.memory import MemoryPlan
 from core.spec.model import WEIGHT_BYTES, ModelArch, Quantization
 
 GB = 1e9
-NOTHING_FITS = "no TP degree fits on this hardware: "  # the estimate's note that carries the advice
 # Lighter formats to try, lightest last: what vLLM loads from a pre-quantized checkpoint
 # (or quantizes FP8 at start-up with --quantization fp8).
 LIGHTER = (("fp8", "FP8"), ("int4", "4-bit (AWQ/GPTQ)"))
@@ -54,6 +53,11 @@ class FitAdvice:
         return head + "; " + ", or ".join(options)
 
 
+def nearest_miss(memory: list[MemoryPlan]) -> MemoryPlan:
+    """The memory plan of the largest TP degree tried: the smaller ones miss by more."""
+    return max(memory, key=lambda m: m.tp)
+
+
 def valid_tp(arch: ModelArch, tp: int) -> str | None:
     """Why vLLM would refuse this TP degree for the model, or None."""
     if arch.num_heads % tp:
@@ -67,7 +71,7 @@ def fit_advice(arch: ModelArch, gpu: str, memory: list[MemoryPlan], plan: Callab
     """Advice for ``arch`` on the ``gpu`` s whose TP degrees' ``memory`` plans all missed.
     ``plan(arch, tp)``: the memory plan of a model at a TP degree, with the knobs the misses
     were planned with (utilization, context, batch, KV dtype)."""
-    advice = FitAdvice(closest=max(memory, key=lambda m: m.tp))
+    advice = FitAdvice(closest=nearest_miss(memory))
     tp = advice.closest.tp * 2
     while tp <= MAX_TP:
         if valid_tp(arch, tp) is None and (m := plan(arch, tp)).fits:

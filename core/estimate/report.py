@@ -14,7 +14,7 @@ from typing import Any
 from core.errors import BadInput
 from core.estimate.bands import kind_of, unseen_check
 from core.estimate.costmodel import STREAMING
-from core.estimate.fit_advice import NOTHING_FITS, fit_advice, valid_tp
+from core.estimate.fit_advice import fit_advice, valid_tp
 from core.estimate.params import engine_profile
 from core.estimate.limits import Limits, compute_limits
 from core.estimate.memory import MemoryPlan
@@ -90,6 +90,8 @@ class EstimateReport:
     configs: list[ConfigEstimate]  # fitting configurations, best first
     suggestion: Suggestion | None
     notes: list[str] = field(default_factory=list)
+    # When no TP degree fits: the nearest miss and what would fit (core/estimate/fit_advice.py).
+    nothing_fits: str | None = None
     # The held-out error on published runs most like this one (core/estimate/track_record.py).
     track_record: TrackRecord | None = None
 
@@ -117,6 +119,7 @@ class EstimateReport:
             "suggestion": self.suggestion.as_dict() if self.suggestion else None,
             "track_record": self.track_record.as_dict() if self.track_record else None,
             "bands_on_unseen_runs": unseen_check(self.best.at_knee.kind, self.best.at_knee.engine) if self.best else unseen_check(),
+            "nothing_fits": self.nothing_fits,
             "notes": self.notes,
         }
 
@@ -281,6 +284,7 @@ def estimate(
     if not hardware.gpu.p2p and hardware.num_gpus > 1:
         where = "a host path the instance's GPUs share (2/TP of it each)" if hardware.gpu.host_link_shared else "each GPU's own PCIe slot"
         notes.append(f"no GPU peer-to-peer: tensor-parallel all-reduces go through host memory, over {where}")
+    nothing_fits = None
     if not configs and memory:
 
         def plan_for(a: ModelArch, t: int) -> MemoryPlan:
@@ -288,7 +292,7 @@ def estimate(
             return q.memory(q.config(t, 1, **knobs))
 
         advice = fit_advice(arch, hardware.gpu.name, memory, plan_for)
-        notes.append(NOTHING_FITS + advice.line(arch.name, hardware.gpu.name, n))
+        nothing_fits = advice.line(arch.name, hardware.gpu.name, n)
     suggestion = None
     if configs:
         suggestion = _suggest(
@@ -324,6 +328,7 @@ def estimate(
         configs=configs,
         suggestion=suggestion,
         notes=notes,
+        nothing_fits=nothing_fits,
         track_record=track_record_of(hardware.gpu.name, eng, kind_of(arch.is_moe)),
     )
 

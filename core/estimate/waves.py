@@ -332,9 +332,9 @@ def _request_tpots(
         if drained < 1.0:
             # Admitted while others queue (at even points of the queue's time): the steady
             # pace until the queue is empty, then on through the drain.
+            steady = st.tpot * dec
             for i in range(8):
                 left = queue_s * (1.0 - (i + 0.5) / 8)
-                steady = st.tpot * dec
                 span = steady if steady <= left else left + through_drain(dec - left / st.tpot)
                 spans.append((first * stall + span, (1.0 - drained) / m / 8))
         if dec < 1.0:  # one-token outputs have no TPOT (benchmark clients leave them out)

@@ -199,6 +199,7 @@ def recommend(req: RecommendRequest) -> Recommendation:
     """Every instance and layout that fits, ranked by ``req.goal`` (see the module docstring)."""
     from core.catalog import load_model, resolve_hardware
     from core.estimate.bands import band, kind_of, source
+    from core.estimate.fit_advice import nearest_miss
     from core.estimate.report import estimate
 
     if req.target_rps is not None and req.target_rps <= 0:
@@ -239,8 +240,7 @@ def recommend(req: RecommendRequest) -> Recommendation:
                 kv_cache_dtype=kv,
             )
             if not rep.configs:
-                # The largest TP degree is the nearest miss; the smaller ones miss by more.
-                reasons.append("does not fit: " + (max(rep.memory, key=lambda m: m.tp).reason or "no memory plan"))
+                reasons.append("does not fit: " + (nearest_miss(rep.memory).reason or "no memory plan"))
                 continue
             for ce in rep.configs:
                 if not ce.limits.slo_feasible:

@@ -203,10 +203,8 @@ def format_report(r) -> str:
     out += _table(["TP", "fits", "weights GB", "activ. GB", "runtime GB", "KV GB", "KV tokens/replica", "reason"], rows, {2, 3, 4, 5, 6})
 
     if not r.configs:
-        from core.estimate.fit_advice import NOTHING_FITS
-
         out.append("")
-        out.append("Nothing fits: " + "; ".join(n.removeprefix(NOTHING_FITS) for n in r.notes if n.startswith(NOTHING_FITS)))
+        out.append(f"Nothing fits: {r.nothing_fits or 'no TP degree was tried'}")
         return "\n".join(out)
 
     out.append("")

@@ -15,7 +15,6 @@ from typing import Any
 
 from core.estimate import EstimateReport, estimate
 from core.estimate.memory import MemoryPlan
-from core.estimate.fit_advice import NOTHING_FITS
 from core.spec.plan import Plan
 from core.sweep.plan_estimate import estimate_args
 from tui.data.roofline import Roofline, roofline
@@ -97,8 +96,8 @@ def _limit_lines(report: EstimateReport) -> list[str]:
     if best is None:
         # What would fit (core.estimate.fit_advice), where the per-degree reasons only say
         # by how much each misses.
-        advice = [n.removeprefix(NOTHING_FITS) for n in report.notes if n.startswith(NOTHING_FITS)]
-        return ["no configuration fits this hardware", *(f"[$text-error]{a}[/]" for a in advice)]
+        advice = [f"[$text-error]{report.nothing_fits}[/]"] if report.nothing_fits else []
+        return ["no configuration fits this hardware", *advice]
     lim = best.limits
     lines = [
         f"best: [b]{best.label}[/b]",
@@ -180,6 +179,6 @@ def build_estimate(plan: Plan) -> EstimateView:
         bottleneck=bottleneck,
         suggested_server_args=sug.server_args if sug else "",
         suggested_client_args=sug.client_args if sug else "",
-        notes=(*fixed.notes(), *(n for n in report.notes if not n.startswith(NOTHING_FITS))),
+        notes=(*fixed.notes(), *report.notes),
         report=report,
     )
