@@ -9,8 +9,8 @@ SLO bisections) and the prediction at the knee. "A suggested space" is every poi
 suggested sweep would measure (TP x DP x max_num_batched_tokens x max_num_seqs x
 concurrency), plus the full ``estimate()`` report that produced the suggestion. Model and
 catalog loading are excluded (cached once per session); times are the best of several runs.
-Also printed: one prediction of each kind, among them a finite run of ShareGPT-like lengths,
-which prices when its longest answer ends.
+Also printed: one prediction of each kind, among them finite runs of ShareGPT-like lengths
+(open and closed loop), which price when the longest answer ends and how long each decodes.
 """
 
 from __future__ import annotations
@@ -76,10 +76,13 @@ def main() -> int:
     inp, out = sharegpt()
     pg = Predictor(arch, hw.gpu, Workload(input=inp, output=out))
     t_run = _best(lambda: pg.predict(cfg, request_rate=3.0, num_prompts=200), repeat=20)
+    # A finite closed run also prices its answers' decode spans (the E2E tail, drain.decode_spans).
+    t_closed_run = _best(lambda: pg.predict(cfg, concurrency=64, num_prompts=200), repeat=20)
     print(f"plan: {plan.model} on {hw.label}, {plan.input_len}/{plan.output_len} tokens, {slo}")
     print(f"one prediction (closed loop):  {t_point:8.3f} ms")
     print(f"one prediction (open loop):    {t_open:8.3f} ms")
     print(f"one prediction (a finite open-loop run of 200 ShareGPT-like requests): {t_run:8.3f} ms")
+    print(f"one prediction (a finite closed-loop run of 200 ShareGPT-like requests at 64): {t_closed_run:8.3f} ms")
     print(f"one configuration:             {t_one:8.2f} ms   (budget {BUDGET_ONE_MS:g} ms) {'OK' if t_one < BUDGET_ONE_MS else 'OVER'}")
     print(
         f"suggested space ({points} points + estimate report): {t_space:8.2f} ms   (budget {BUDGET_SPACE_MS:g} ms) "
